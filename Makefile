@@ -1,0 +1,36 @@
+# workmesh build, test and benchmark entry points.
+GO        ?= go
+BIN       ?= bin/workmesh
+VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# Packages with no libp2p in them run under the race detector in every test run.
+PURE_PKGS := ./config/... ./selection/...
+BENCHTIME ?= 1s
+
+.PHONY: all build test test-race test-all bench lint demo clean
+
+all: lint build test
+
+build:
+	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/workmesh
+
+## test: the full suite (race detector on the pure packages, all packages without it)
+test: test-race test-all
+
+test-race:
+	$(GO) test -race -count=1 $(PURE_PKGS)
+
+test-all:
+	$(GO) test -count=1 -timeout 10m ./...
+
+## bench: the benchmarks, with allocations
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./selection/...
+
+## lint: formatting and go vet
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+clean:
+	rm -rf bin

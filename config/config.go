@@ -1,0 +1,221 @@
+// Package config holds every setting of a workmesh node: the types, their
+// defaults, validation, per-work-type resolution and loading from a YAML
+// file, WORKMESH_* environment variables and command-line flags (in that
+// order of precedence). Every setting has one kebab-case name that is the
+// same in all three places: the YAML key, the flag (--worker-timeout) and,
+// upper-cased with underscores, the environment variable
+// (WORKMESH_WORKER_TIMEOUT). Nested blocks join their names with a dash in
+// flags and an underscore in the environment (label-balancing.order is
+// --label-balancing-order and WORKMESH_LABEL_BALANCING_ORDER).
+//
+// config imports no other workmesh package.
+package config
+
+import "time"
+
+// Config is the whole configuration of a workmesh node.
+type Config struct {
+	Node      NodeConfig      `koanf:",squash"`
+	Worker    WorkerConfig    `koanf:",squash"`
+	Selection SelectionConfig `koanf:",squash"`
+	Liveness  LivenessConfig  `koanf:",squash"`
+	Rating    RatingConfig    `koanf:",squash"`
+	Hedge     HedgeConfig     `koanf:",squash"`
+
+	// LabelBalancing is the global priority-group setting; nil means
+	// label balancing is off and candidates are ordered by rating alone.
+	LabelBalancing *LabelBalancingConfig `koanf:"label-balancing"`
+
+	// WorkTypeDefaults holds per-work-type overrides, keyed by work type.
+	WorkTypeDefaults map[string]WorkTypeConfig `koanf:"work-type-defaults"`
+}
+
+// NodeConfig says how a node joins its network and what it offers.
+type NodeConfig struct {
+	// Network scopes protocols, DHT records and gossip so two networks never mix.
+	Network string `koanf:"network"`
+	// Listen holds the multiaddrs the libp2p host listens on.
+	Listen []string `koanf:"listen"`
+	// Bootstrap holds full multiaddrs (with /p2p/<id>) of peers to join through.
+	Bootstrap []string `koanf:"bootstrap"`
+	// DataDir keeps the node identity; empty means $HOME/.workmesh.
+	DataDir string `koanf:"data-dir"`
+	// API is the address of the local HTTP API.
+	API string `koanf:"api"`
+	// Labels are this node's group labels, used by label balancing elsewhere.
+	Labels []string `koanf:"labels"`
+	// WorkTypes are the work types this node's local worker serves.
+	WorkTypes []string `koanf:"work-types"`
+	// AnnounceInterval is how often NodeData is re-published (gossip and DHT).
+	AnnounceInterval time.Duration `koanf:"announce-interval"`
+	// RecordTTL is how long a peer's NodeData stays fresh without a newer one.
+	RecordTTL time.Duration `koanf:"record-ttl"`
+	// LogLevel is one of trace, debug, info, warn, error.
+	LogLevel string `koanf:"log-level"`
+	// LogFormat is text or json.
+	LogFormat string `koanf:"log-format"`
+}
+
+// WorkerConfig bounds how a request is sent to workers. The names and the
+// first six defaults come from the remote-worker-selection design workmesh
+// learns from; connect-timeout is workmesh's own.
+type WorkerConfig struct {
+	// WorkerTimeout bounds one remote attempt from sending the request to
+	// receiving its result, when the request sets no shorter deadline.
+	WorkerTimeout time.Duration `koanf:"worker-timeout"`
+	// WorkerResponseTimeout bounds the wait for a remote worker to accept a
+	// request (its first response frame) after it was sent.
+	WorkerResponseTimeout time.Duration `koanf:"worker-response-timeout"`
+	// MaxRetries bounds the attempts after the first one, per request.
+	MaxRetries int `koanf:"max-retries"`
+	// MaxSpawnAttempts bounds how often the local worker is asked to take a
+	// request while it answers busy before the request fails as busy.
+	MaxSpawnAttempts int `koanf:"max-spawn-attempts"`
+	// WorkerBufferSize bounds the local worker's queue of waiting requests.
+	WorkerBufferSize int `koanf:"worker-buffer-size"`
+	// MaxRemoteWorkers bounds the distinct remote peers tried per request.
+	MaxRemoteWorkers int `koanf:"max-remote-workers"`
+	// ConnectTimeout bounds the dial of one candidate that is not connected.
+	ConnectTimeout time.Duration `koanf:"connect-timeout"`
+	// RetryDelay is the pause before a retry, so that a burst of failures
+	// does not turn into an equal burst of retries.
+	RetryDelay time.Duration `koanf:"retry-delay"`
+	// LocalConcurrency is the number of requests the local worker runs at once.
+	LocalConcurrency int `koanf:"local-concurrency"`
+}
+
+// Selection modes.
+const (
+	// ModeRating orders candidates by their rating score (the default).
+	ModeRating = "rating"
+	// ModeRoundRobin rotates through candidates; the benchmarks' baseline.
+	ModeRoundRobin = "round-robin"
+	// ModeRandom picks candidates in a random order.
+	ModeRandom = "random"
+)
+
+// SelectionConfig chooses how candidates are ordered.
+type SelectionConfig struct {
+	// Mode is rating, round-robin or random.
+	Mode string `koanf:"selection-mode"`
+}
+
+// LabelBalancingConfig configures priority groups by label. When set,
+// candidates are split into groups by their group labels and the groups are
+// tried in Order; rating orders each group.
+type LabelBalancingConfig struct {
+	// Order lists group labels, highest priority first. Required; entries
+	// must be non-empty and unique.
+	Order []string `koanf:"order"`
+	// PassOnError, when true, moves to the next group after a retryable
+	// error instead of retrying inside the current group.
+	PassOnError bool `koanf:"pass-on-error"`
+	// IncludeDefault, when true (nil means true), puts peers that carry none
+	// of the Order labels into a final default group; when false they are
+	// not routed to while label balancing is on.
+	IncludeDefault *bool `koanf:"include-default"`
+}
+
+// IncludesDefault reports whether unlabeled peers form a final group.
+func (lb *LabelBalancingConfig) IncludesDefault() bool {
+	return lb.IncludeDefault == nil || *lb.IncludeDefault
+}
+
+// WorkTypeConfig overrides global settings for one work type.
+type WorkTypeConfig struct {
+	// LabelBalancing replaces the global label-balancing block whole for
+	// this work type.
+	LabelBalancing *LabelBalancingConfig `koanf:"label-balancing"`
+}
+
+// LivenessConfig drives the health polling of peers.
+type LivenessConfig struct {
+	// PollInterval is the time between two health pings to a peer; 0 turns
+	// polling off.
+	PollInterval time.Duration `koanf:"poll-interval"`
+	// PollFailureThreshold is the failure count at which a peer becomes
+	// unreachable. A failed poll adds one, a good one takes one away.
+	PollFailureThreshold int `koanf:"poll-failure-threshold"`
+	// PollSuccessThreshold is the number of good polls in a row an
+	// unreachable peer must answer before it is alive again; 0 means alive
+	// as soon as it is connected again.
+	PollSuccessThreshold int `koanf:"poll-success-threshold"`
+	// RedialBackoffMin is the first wait before redialing an unreachable peer.
+	RedialBackoffMin time.Duration `koanf:"redial-backoff-min"`
+	// RedialBackoffMax caps the doubling wait between redials.
+	RedialBackoffMax time.Duration `koanf:"redial-backoff-max"`
+}
+
+// RatingConfig drives the scoring of peers from their recent outcomes.
+type RatingConfig struct {
+	// Window is the half-life of a sample's weight: older outcomes count
+	// less, so a peer that recovers is trusted again.
+	Window time.Duration `koanf:"rating-window"`
+	// MinSamples is the weighted number of outcomes before a peer is judged;
+	// until then it is explored as unrated.
+	MinSamples int `koanf:"rating-min-samples"`
+	// Spread is the number of best peers a request picks among at random, to
+	// spread load; 1 is strictly the best.
+	Spread int `koanf:"rating-spread"`
+	// LatencyWeight, ErrorWeight, BusyWeight, HeadLagWeight and LoadWeight
+	// scale each term of the score.
+	LatencyWeight float64 `koanf:"rating-latency-weight"`
+	ErrorWeight   float64 `koanf:"rating-error-weight"`
+	BusyWeight    float64 `koanf:"rating-busy-weight"`
+	HeadLagWeight float64 `koanf:"rating-head-lag-weight"`
+	LoadWeight    float64 `koanf:"rating-load-weight"`
+}
+
+// HedgeConfig drives concurrent extra attempts for idempotent work types.
+type HedgeConfig struct {
+	// Delay is the wait after an attempt starts before a hedge is sent.
+	Delay time.Duration `koanf:"hedge-delay"`
+	// MaxCount is the number of hedges per request; 0 turns hedging off.
+	MaxCount int `koanf:"hedge-max-count"`
+}
+
+// Defaults returns a Config with every default filled in.
+func Defaults() Config {
+	return Config{
+		Node: NodeConfig{
+			Network:          "workmesh",
+			Listen:           []string{"/ip4/0.0.0.0/udp/4001/quic-v1"},
+			API:              "127.0.0.1:7400",
+			WorkTypes:        []string{"echo", "sha256", "sleep"},
+			AnnounceInterval: 10 * time.Second,
+			RecordTTL:        30 * time.Second,
+			LogLevel:         "info",
+			LogFormat:        "text",
+		},
+		Worker: WorkerConfig{
+			WorkerTimeout:         500 * time.Millisecond,
+			WorkerResponseTimeout: 250 * time.Millisecond,
+			MaxRetries:            1,
+			MaxSpawnAttempts:      3,
+			WorkerBufferSize:      100,
+			MaxRemoteWorkers:      1,
+			ConnectTimeout:        time.Second,
+			RetryDelay:            10 * time.Millisecond,
+			LocalConcurrency:      4,
+		},
+		Selection: SelectionConfig{Mode: ModeRating},
+		Liveness: LivenessConfig{
+			PollInterval:         2 * time.Second,
+			PollFailureThreshold: 5,
+			PollSuccessThreshold: 2,
+			RedialBackoffMin:     500 * time.Millisecond,
+			RedialBackoffMax:     30 * time.Second,
+		},
+		Rating: RatingConfig{
+			Window:        30 * time.Second,
+			MinSamples:    3,
+			Spread:        1,
+			LatencyWeight: 1,
+			ErrorWeight:   4,
+			BusyWeight:    2,
+			HeadLagWeight: 1,
+			LoadWeight:    1,
+		},
+		Hedge: HedgeConfig{Delay: 100 * time.Millisecond, MaxCount: 0},
+	}
+}

@@ -26,6 +26,10 @@ test-all:
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./selection/...
 
+## demo: the selection core walking one dispatch (verified against its expected output)
+demo:
+	$(GO) test -count=1 -run '^Example$$' -v ./selection/
+
 ## lint: formatting and go vet
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

@@ -50,7 +50,7 @@ type NodeConfig struct {
 	AnnounceInterval time.Duration `koanf:"announce-interval"`
 	// RecordTTL is how long a peer's NodeData stays fresh without a newer one.
 	RecordTTL time.Duration `koanf:"record-ttl"`
-	// LogLevel is one of trace, debug, info, warn, error.
+	// LogLevel is a logrus level: trace, debug, info, warn, error, fatal or panic.
 	LogLevel string `koanf:"log-level"`
 	// LogFormat is text or json.
 	LogFormat string `koanf:"log-format"`
@@ -118,7 +118,7 @@ type LabelBalancingConfig struct {
 
 // IncludesDefault reports whether unlabeled peers form a final group.
 func (lb *LabelBalancingConfig) IncludesDefault() bool {
-	return lb.IncludeDefault == nil || *lb.IncludeDefault
+	return lb == nil || lb.IncludeDefault == nil || *lb.IncludeDefault
 }
 
 // WorkTypeConfig overrides global settings for one work type.

@@ -1,0 +1,347 @@
+package config
+
+import (
+	"fmt"
+	"reflect"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+)
+
+// envPrefix starts the name of every environment variable workmesh reads.
+const envPrefix = "WORKMESH_"
+
+// help is the one-line flag help of every setting that flags and the
+// environment can set, keyed by its koanf key. It is the only hand-written
+// per-setting table: YAML keys, flag names and environment names are all
+// derived from the koanf struct tags in config.go, so they cannot drift. A
+// test fails when a setting has no help here or an entry names no setting.
+var help = map[string]string{
+	"network":           "network name scoping protocols, DHT records and gossip; nodes on other networks are never seen",
+	"listen":            "multiaddrs the libp2p host listens on",
+	"bootstrap":         "full multiaddrs (with /p2p/<id>) of peers to join the network through",
+	"data-dir":          "directory that keeps the node identity (empty: $HOME/.workmesh)",
+	"api":               "host:port of the local HTTP API",
+	"labels":            "group labels this node advertises for label balancing",
+	"work-types":        "work types the local worker serves",
+	"announce-interval": "time between two publications of this node's NodeData",
+	"record-ttl":        "how long a peer's NodeData stays fresh without a newer one; must exceed announce-interval",
+	"log-level":         "log level (a logrus level): trace, debug, info, warn or error",
+	"log-format":        "log format: text or json",
+
+	"worker-timeout":          "upper bound on one remote attempt, from sending the request to its result",
+	"worker-response-timeout": "upper bound on the wait for a remote worker to accept a request; at most worker-timeout",
+	"max-retries":             "maximum attempts after the first one, per request",
+	"max-spawn-attempts":      "maximum times the local worker is asked to take a request while it answers busy",
+	"worker-buffer-size":      "maximum requests waiting in the local worker's queue",
+	"max-remote-workers":      "maximum distinct remote peers tried per request",
+	"connect-timeout":         "upper bound on dialing one candidate that is not connected",
+	"retry-delay":             "pause before a retry",
+	"local-concurrency":       "maximum requests the local worker runs at once",
+
+	"selection-mode": "how candidates are ordered: rating, round-robin or random",
+
+	"poll-interval":          "time between two health pings to a peer; 0 turns polling off",
+	"poll-failure-threshold": "failure count at which a peer becomes unreachable",
+	"poll-success-threshold": "good pings in a row an unreachable peer needs to be alive again; needs poll-interval > 0",
+	"redial-backoff-min":     "first wait before redialing an unreachable peer",
+	"redial-backoff-max":     "upper bound on the doubling wait between redials",
+
+	"rating-window":          "half-life of a rating sample's weight",
+	"rating-min-samples":     "weighted outcomes needed before a peer is rated rather than explored",
+	"rating-spread":          "number of best-rated peers a request picks among at random; 1 is strictly the best",
+	"rating-latency-weight":  "weight of latency in the rating score",
+	"rating-error-weight":    "weight of the error rate in the rating score",
+	"rating-busy-weight":     "weight of the busy/throttled rate in the rating score",
+	"rating-head-lag-weight": "weight of head lag in the rating score",
+	"rating-load-weight":     "weight of current load in the rating score",
+
+	"hedge-delay":     "wait after an attempt starts before a hedge is sent",
+	"hedge-max-count": "maximum hedges per request; 0 turns hedging off",
+
+	"label-balancing.order":           "group labels tried in order, highest priority first; setting it turns label balancing on",
+	"label-balancing.pass-on-error":   "after a retryable error, move to the next label group instead of retrying in the current one",
+	"label-balancing.include-default": "route to peers carrying none of the order labels as a final group",
+}
+
+// otherEnv lists WORKMESH_* variables that other parts of workmesh read
+// themselves (not settings of Config), so that Load does not reject them as
+// unknown. Adding one is a one-line entry here.
+var otherEnv = map[string]bool{}
+
+// kind is the shape of a setting's value, which decides how it is parsed
+// from YAML, the environment and flags.
+type kind int
+
+const (
+	kindString kind = iota + 1
+	kindBool        // bool, or *bool where nil means "use the default"
+	kindInt
+	kindFloat
+	kindDuration
+	kindStrings  // []string; comma-separated in the environment
+	kindBlock    // pointer to a struct: a nested block such as label-balancing
+	kindBlockMap // map from a name to a struct: file-only, such as work-type-defaults
+)
+
+var durationType = reflect.TypeFor[time.Duration]()
+
+func kindOf(t reflect.Type) (kind, bool) {
+	switch {
+	case t == durationType:
+		return kindDuration, true
+	case t.Kind() == reflect.String:
+		return kindString, true
+	case t.Kind() == reflect.Bool, t.Kind() == reflect.Pointer && t.Elem().Kind() == reflect.Bool:
+		return kindBool, true
+	case t.Kind() == reflect.Int:
+		return kindInt, true
+	case t.Kind() == reflect.Float64:
+		return kindFloat, true
+	case t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.String:
+		return kindStrings, true
+	case t.Kind() == reflect.Pointer && t.Elem().Kind() == reflect.Struct:
+		return kindBlock, true
+	case t.Kind() == reflect.Map && t.Key().Kind() == reflect.String && t.Elem().Kind() == reflect.Struct:
+		return kindBlockMap, true
+	}
+	return 0, false
+}
+
+// field is one koanf-tagged field of a struct, with squash groups flattened in.
+type field struct {
+	name  string // koanf key of the field inside its struct
+	index []int  // for reflect.Value.FieldByIndex, through squash groups
+	typ   reflect.Type
+	kind  kind
+}
+
+// block returns the struct type a kindBlock or kindBlockMap field holds.
+func (f field) block() reflect.Type { return f.typ.Elem() }
+
+// setting is one leaf that the file, flags and the environment can set.
+type setting struct {
+	key  string // koanf and YAML key: "worker-timeout", "label-balancing.order"
+	flag string // flag name without dashes: "label-balancing-order"
+	env  string // "WORKMESH_LABEL_BALANCING_ORDER"
+	// path holds the field index of each struct level from Config down;
+	// between two levels a block pointer is followed.
+	path [][]int
+	typ  reflect.Type
+	kind kind
+}
+
+// schema is everything derived from the struct tags: the fields of each
+// struct type and the flag- and env-settable settings.
+type schema struct {
+	fields   map[reflect.Type][]field
+	settings []*setting
+	byKey    map[string]*setting
+	byFlag   map[string]*setting
+	byEnv    map[string]*setting
+}
+
+// loadSchema derives the schema once; the types cannot change at run time.
+var loadSchema = sync.OnceValues(func() (*schema, error) {
+	return buildSchema(reflect.TypeFor[Config]())
+})
+
+// mustSchema is for callers that cannot return an error; a schema error is
+// a programming error that the package tests catch.
+func mustSchema() *schema {
+	s, err := loadSchema()
+	if err != nil {
+		panic(err)
+	}
+	return s
+}
+
+func buildSchema(root reflect.Type) (*schema, error) {
+	s := &schema{
+		fields: map[reflect.Type][]field{},
+		byKey:  map[string]*setting{},
+		byFlag: map[string]*setting{},
+		byEnv:  map[string]*setting{},
+	}
+	if err := s.addType(root); err != nil {
+		return nil, err
+	}
+	if err := s.addSettings(root, "", nil); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// addType records the fields of struct type t and of every block type it holds.
+func (s *schema) addType(t reflect.Type) error {
+	if _, ok := s.fields[t]; ok {
+		return nil
+	}
+	fs, err := collectFields(t, nil)
+	if err != nil {
+		return err
+	}
+	seen := map[string]bool{}
+	for _, f := range fs {
+		if seen[f.name] {
+			return fmt.Errorf("config schema: %s: key %q is used twice", t, f.name)
+		}
+		seen[f.name] = true
+	}
+	s.fields[t] = fs
+	for _, f := range fs {
+		if f.kind == kindBlock || f.kind == kindBlockMap {
+			if err := s.addType(f.block()); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func collectFields(t reflect.Type, prefix []int) ([]field, error) {
+	var out []field
+	for i := range t.NumField() {
+		sf := t.Field(i)
+		if !sf.IsExported() {
+			continue
+		}
+		index := append(append([]int(nil), prefix...), i)
+		name, opts, _ := strings.Cut(sf.Tag.Get("koanf"), ",")
+		if opts == "squash" {
+			if sf.Type.Kind() != reflect.Struct {
+				return nil, fmt.Errorf("config schema: %s.%s: squash needs a struct", t, sf.Name)
+			}
+			inner, err := collectFields(sf.Type, index)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, inner...)
+			continue
+		}
+		if name == "" || name == "-" {
+			return nil, fmt.Errorf("config schema: %s.%s has no koanf tag", t, sf.Name)
+		}
+		k, ok := kindOf(sf.Type)
+		if !ok {
+			return nil, fmt.Errorf("config schema: %s.%s: type %s is not supported", t, sf.Name, sf.Type)
+		}
+		out = append(out, field{name: name, index: index, typ: sf.Type, kind: k})
+	}
+	return out, nil
+}
+
+// addSettings adds the leaves of struct type t under key prefix. Blocks
+// behind a pointer are followed; name-keyed maps are file-only.
+func (s *schema) addSettings(t reflect.Type, prefix string, path [][]int) error {
+	for _, f := range s.fields[t] {
+		key := prefix + f.name
+		switch f.kind {
+		case kindBlockMap:
+			continue
+		case kindBlock:
+			if err := s.addSettings(f.block(), key+".", append(clonePath(path), f.index)); err != nil {
+				return err
+			}
+			continue
+		}
+		st := &setting{
+			key:  key,
+			flag: strings.ReplaceAll(key, ".", "-"),
+			env:  envPrefix + strings.ToUpper(strings.NewReplacer(".", "_", "-", "_").Replace(key)),
+			path: append(clonePath(path), f.index),
+			typ:  f.typ,
+			kind: f.kind,
+		}
+		if s.byKey[st.key] != nil || s.byFlag[st.flag] != nil || s.byEnv[st.env] != nil {
+			return fmt.Errorf("config schema: setting %q collides with another on its key, flag or env name", key)
+		}
+		s.settings = append(s.settings, st)
+		s.byKey[st.key], s.byFlag[st.flag], s.byEnv[st.env] = st, st, st
+	}
+	return nil
+}
+
+func clonePath(p [][]int) [][]int { return append([][]int(nil), p...) }
+
+// value returns the field of st in the struct c points to. ok is false when
+// a block on the way is nil. With alloc, nil blocks are allocated and given
+// their defaults instead.
+func (st *setting) value(c reflect.Value, alloc bool) (v reflect.Value, ok bool) {
+	v = c.Elem()
+	for i, idx := range st.path {
+		if i > 0 {
+			if v.IsNil() {
+				if !alloc {
+					return reflect.Value{}, false
+				}
+				v.Set(reflect.New(v.Type().Elem()))
+				if d, ok := v.Interface().(interface{ SetDefaults() }); ok {
+					d.SetDefaults()
+				}
+			}
+			v = v.Elem()
+		}
+		v = v.FieldByIndex(idx)
+	}
+	return v, true
+}
+
+// walkLeaves calls fn for every leaf of struct value v in declaration
+// order, with its full key. Nil blocks are skipped; map blocks are visited
+// in name order.
+func (s *schema) walkLeaves(prefix string, v reflect.Value, fn func(key string, f field, v reflect.Value)) {
+	for _, f := range s.fields[v.Type()] {
+		fv := v.FieldByIndex(f.index)
+		key := prefix + f.name
+		switch f.kind {
+		case kindBlock:
+			if !fv.IsNil() {
+				s.walkLeaves(key+".", fv.Elem(), fn)
+			}
+		case kindBlockMap:
+			for _, name := range sortedKeys(fv) {
+				s.walkLeaves(key+"."+name.String()+".", fv.MapIndex(name), fn)
+			}
+		default:
+			fn(key, f, fv)
+		}
+	}
+}
+
+// toMap turns struct value v into the nested map koanf holds, leaving out
+// nil blocks, nil slices and nil pointers so that they stay unset.
+func (s *schema) toMap(v reflect.Value) map[string]any {
+	out := map[string]any{}
+	for _, f := range s.fields[v.Type()] {
+		fv := v.FieldByIndex(f.index)
+		switch f.kind {
+		case kindBlock:
+			if !fv.IsNil() {
+				out[f.name] = s.toMap(fv.Elem())
+			}
+		case kindBlockMap:
+			if !fv.IsNil() {
+				m := map[string]any{}
+				for _, name := range sortedKeys(fv) {
+					m[name.String()] = s.toMap(fv.MapIndex(name))
+				}
+				out[f.name] = m
+			}
+		default:
+			if val, ok := canonical(f.kind, fv); ok {
+				out[f.name] = val
+			}
+		}
+	}
+	return out
+}
+
+// sortedKeys returns the keys of a string-keyed map in order, so that
+// output and error lists are deterministic.
+func sortedKeys(m reflect.Value) []reflect.Value {
+	keys := m.MapKeys()
+	sort.Slice(keys, func(i, j int) bool { return keys[i].String() < keys[j].String() })
+	return keys
+}

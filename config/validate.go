@@ -1,0 +1,276 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/sirupsen/logrus"
+)
+
+// Sentinel errors every configuration error wraps, for callers that branch
+// on the class of a problem (for example to choose an exit code).
+var (
+	// ErrInvalid marks a setting whose value is out of bounds or
+	// inconsistent with another setting.
+	ErrInvalid = errors.New("invalid setting")
+	// ErrUnknownSetting marks a YAML key or WORKMESH_* variable that names
+	// no setting (often a typo).
+	ErrUnknownSetting = errors.New("unknown setting")
+	// ErrBadValue marks a value of the wrong type or that does not parse.
+	ErrBadValue = errors.New("bad value")
+)
+
+// problem is one configuration error: its message says where and what,
+// and it unwraps to the sentinel of its class.
+type problem struct {
+	msg   string
+	class error
+}
+
+func (p *problem) Error() string { return p.msg }
+func (p *problem) Unwrap() error { return p.class }
+
+// checks collects the problems of one struct so that all are reported.
+type checks []error
+
+func (c *checks) failf(format string, args ...any) {
+	*c = append(*c, &problem{msg: fmt.Sprintf(format, args...), class: ErrInvalid})
+}
+
+func (c *checks) join() error { return errors.Join(*c...) }
+
+// Bounds that are not obvious from the setting's meaning.
+const (
+	// maxNetworkLen keeps protocol IDs and DHT keys that embed the network short.
+	maxNetworkLen = 64
+	// maxWorkerBufferSize bounds the local queue, which is allocated up front.
+	maxWorkerBufferSize = 1 << 20
+)
+
+// Validate reports every setting that is out of bounds or inconsistent with
+// another, joined with errors.Join; each wraps ErrInvalid. It does not
+// change c; call SetDefaults first when c was not built by Load.
+func (c *Config) Validate() error {
+	errs := []error{
+		c.Node.Validate(),
+		c.Worker.Validate(),
+		c.Selection.Validate(),
+		c.Liveness.Validate(),
+		c.Rating.Validate(),
+		c.Hedge.Validate(),
+		c.LabelBalancing.Validate(),
+	}
+	names := make([]string, 0, len(c.WorkTypeDefaults))
+	for name := range c.WorkTypeDefaults {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		errs = append(errs, c.WorkTypeDefaults[name].validate(name))
+	}
+	return errors.Join(errs...)
+}
+
+// Validate reports the node settings that are out of bounds.
+func (n *NodeConfig) Validate() error {
+	var c checks
+	switch {
+	case n.Network == "":
+		c.failf("network is required")
+	case len(n.Network) > maxNetworkLen:
+		c.failf("network %q is %d bytes long, at most %d", n.Network, len(n.Network), maxNetworkLen)
+	case strings.IndexFunc(n.Network, notNetworkRune) >= 0:
+		c.failf("network %q may only hold a-z, 0-9, '-', '_' and '.'", n.Network)
+	}
+	for i, a := range n.Listen {
+		if !strings.HasPrefix(a, "/") {
+			c.failf("listen entry %d %q is not a multiaddr (it starts with \"/\")", i+1, a)
+		}
+	}
+	for i, a := range n.Bootstrap {
+		if !strings.HasPrefix(a, "/") || !strings.Contains(a, "/p2p/") {
+			c.failf("bootstrap entry %d %q is not a full multiaddr ending in /p2p/<peer-id>", i+1, a)
+		}
+	}
+	if n.API != "" {
+		if _, _, err := net.SplitHostPort(n.API); err != nil {
+			c.failf("api %q is not host:port: %v", n.API, err)
+		}
+	}
+	for i, l := range n.Labels {
+		if l == "" {
+			c.failf("labels entry %d is empty", i+1)
+		}
+	}
+	seen := map[string]bool{}
+	for i, w := range n.WorkTypes {
+		switch {
+		case w == "":
+			c.failf("work-types entry %d is empty", i+1)
+		case seen[w]:
+			c.failf("work-types entry %d duplicates %q", i+1, w)
+		}
+		seen[w] = true
+	}
+	positive(&c, "announce-interval", n.AnnounceInterval)
+	if n.AnnounceInterval > 0 && n.RecordTTL <= n.AnnounceInterval {
+		c.failf("record-ttl %s must be > announce-interval %s, or records expire between announcements", n.RecordTTL, n.AnnounceInterval)
+	}
+	if _, err := logrus.ParseLevel(n.LogLevel); err != nil {
+		c.failf("log-level %q is not one of trace, debug, info, warn, error, fatal, panic", n.LogLevel)
+	}
+	if n.LogFormat != "text" && n.LogFormat != "json" {
+		c.failf("log-format %q is not one of text, json", n.LogFormat)
+	}
+	return c.join()
+}
+
+func notNetworkRune(r rune) bool {
+	return !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.')
+}
+
+// Validate reports the worker settings that are out of bounds.
+func (w *WorkerConfig) Validate() error {
+	var c checks
+	positive(&c, "worker-timeout", w.WorkerTimeout)
+	positive(&c, "worker-response-timeout", w.WorkerResponseTimeout)
+	if w.WorkerTimeout > 0 && w.WorkerResponseTimeout > w.WorkerTimeout {
+		c.failf("worker-response-timeout %s must be <= worker-timeout %s", w.WorkerResponseTimeout, w.WorkerTimeout)
+	}
+	atLeast(&c, "max-retries", w.MaxRetries, 0)
+	atLeast(&c, "max-spawn-attempts", w.MaxSpawnAttempts, 1)
+	atLeast(&c, "worker-buffer-size", w.WorkerBufferSize, 1)
+	if w.WorkerBufferSize > maxWorkerBufferSize {
+		c.failf("worker-buffer-size %d must be <= %d", w.WorkerBufferSize, maxWorkerBufferSize)
+	}
+	atLeast(&c, "max-remote-workers", w.MaxRemoteWorkers, 1)
+	positive(&c, "connect-timeout", w.ConnectTimeout)
+	notNegative(&c, "retry-delay", w.RetryDelay)
+	atLeast(&c, "local-concurrency", w.LocalConcurrency, 1)
+	return c.join()
+}
+
+// Validate reports an unknown selection mode.
+func (s *SelectionConfig) Validate() error {
+	var c checks
+	switch s.Mode {
+	case ModeRating, ModeRoundRobin, ModeRandom:
+	default:
+		c.failf("selection-mode %q is not one of %s, %s, %s", s.Mode, ModeRating, ModeRoundRobin, ModeRandom)
+	}
+	return c.join()
+}
+
+// Validate reports the liveness settings that are out of bounds, including
+// a success threshold that could never be met because polling is off.
+func (l *LivenessConfig) Validate() error {
+	var c checks
+	notNegative(&c, "poll-interval", l.PollInterval)
+	atLeast(&c, "poll-failure-threshold", l.PollFailureThreshold, 1)
+	atLeast(&c, "poll-success-threshold", l.PollSuccessThreshold, 0)
+	// Without polling no ping is ever answered, so an unreachable peer
+	// waiting for good pings would never come back.
+	if l.PollSuccessThreshold > 0 && l.PollInterval == 0 {
+		c.failf("poll-success-threshold %d needs poll-interval > 0 (polling is off)", l.PollSuccessThreshold)
+	}
+	positive(&c, "redial-backoff-min", l.RedialBackoffMin)
+	if l.RedialBackoffMin > 0 && l.RedialBackoffMin > l.RedialBackoffMax {
+		c.failf("redial-backoff-min %s must be <= redial-backoff-max %s", l.RedialBackoffMin, l.RedialBackoffMax)
+	}
+	return c.join()
+}
+
+// Validate reports the rating settings that are out of bounds.
+func (r *RatingConfig) Validate() error {
+	var c checks
+	positive(&c, "rating-window", r.Window)
+	atLeast(&c, "rating-min-samples", r.MinSamples, 0)
+	atLeast(&c, "rating-spread", r.Spread, 1)
+	for _, w := range []struct {
+		key string
+		v   float64
+	}{
+		{"rating-latency-weight", r.LatencyWeight},
+		{"rating-error-weight", r.ErrorWeight},
+		{"rating-busy-weight", r.BusyWeight},
+		{"rating-head-lag-weight", r.HeadLagWeight},
+		{"rating-load-weight", r.LoadWeight},
+	} {
+		if !(w.v >= 0) || math.IsInf(w.v, 0) {
+			c.failf("%s %v must be a finite number >= 0", w.key, w.v)
+		}
+	}
+	return c.join()
+}
+
+// Validate reports the hedge settings that are out of bounds.
+func (h *HedgeConfig) Validate() error {
+	var c checks
+	notNegative(&c, "hedge-delay", h.Delay)
+	atLeast(&c, "hedge-max-count", h.MaxCount, 0)
+	return c.join()
+}
+
+// Validate reports a missing order and empty or repeated order entries.
+// Entries are numbered from 1, as a reader counts them. A nil block (label
+// balancing off) is valid.
+func (lb *LabelBalancingConfig) Validate() error {
+	return lb.validate("label-balancing")
+}
+
+// validate checks lb with every message prefixed by where, so that an
+// override names its work type.
+func (lb *LabelBalancingConfig) validate(where string) error {
+	if lb == nil {
+		return nil
+	}
+	var c checks
+	if len(lb.Order) == 0 {
+		c.failf("%s: order is required when label-balancing is set", where)
+	}
+	seen := map[string]bool{}
+	for i, label := range lb.Order {
+		switch {
+		case label == "":
+			c.failf("%s: order entry %d is empty", where, i+1)
+		case seen[label]:
+			c.failf("%s: order entry %d duplicates %q", where, i+1, label)
+		}
+		seen[label] = true
+	}
+	return c.join()
+}
+
+// validate reports the problems of the override for work type name; its
+// messages name the work type.
+func (w WorkTypeConfig) validate(name string) error {
+	if name == "" {
+		var c checks
+		c.failf("work-type-defaults: a work type name is empty")
+		return errors.Join(c.join(), w.LabelBalancing.validate("label-balancing for the empty work type"))
+	}
+	return w.LabelBalancing.validate("label-balancing for work type " + name)
+}
+
+func positive(c *checks, key string, d time.Duration) {
+	if d <= 0 {
+		c.failf("%s %s must be > 0", key, d)
+	}
+}
+
+func notNegative(c *checks, key string, d time.Duration) {
+	if d < 0 {
+		c.failf("%s %s must be >= 0", key, d)
+	}
+}
+
+func atLeast(c *checks, key string, n, min int) {
+	if n < min {
+		c.failf("%s %d must be >= %d", key, n, min)
+	}
+}

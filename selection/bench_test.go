@@ -1,0 +1,71 @@
+package selection
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+// benchPeers returns n candidates split over three labelled groups, with
+// some outcomes recorded so that most are rated.
+func benchSelector(b *testing.B, n int) *Selector {
+	b.Helper()
+	cfg := testConfig()
+	cfg.LabelBalancing = labelBalancing(false, true, "full", "archive", "fast")
+	labels := [][]string{{"full"}, {"archive"}, {"fast", "full"}}
+	peers := make([]Peer, n)
+	for i := range peers {
+		peers[i] = Peer{
+			ID:     fmt.Sprintf("12D3KooW%040d", i),
+			Labels: labels[i%len(labels)],
+			Types:  []TypeInfo{{Name: "sha256"}, {Name: "block", Head: uint64(1000 + i%7), HasHead: true}},
+			Load:   float64(i%10) / 10,
+		}
+	}
+	s, _ := newSelector(b, cfg, peers...)
+	for i := range peers {
+		st := s.stats[peers[i].ID]
+		for k := range 4 {
+			o := Success
+			if (i+k)%9 == 0 {
+				o = Retryable
+			}
+			st.record(o, time.Duration(1+i%13)*time.Millisecond, s.clock.Now(), cfg.Rating.Window)
+		}
+	}
+	s.Refresh()
+	return s
+}
+
+// BenchmarkPlanFirstPick measures making a plan and getting its first peer,
+// with three label groups: the request path. It must not grow with the
+// number of peers.
+func BenchmarkPlanFirstPick(b *testing.B) {
+	for _, n := range []int{100, 1000, 10000} {
+		b.Run(fmt.Sprintf("peers=%d", n), func(b *testing.B) {
+			s := benchSelector(b, n)
+			req := Request{WorkType: "sha256"}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				p := s.Plan(req)
+				pk, ok := p.Next()
+				if !ok {
+					b.Fatal("nothing offered")
+				}
+				p.Report(pk, Cancelled, 0)
+			}
+		})
+	}
+}
+
+// BenchmarkRankRefresh measures rebuilding the ranking snapshot, off the
+// request path, at 10,000 peers with two work types each.
+func BenchmarkRankRefresh(b *testing.B) {
+	s := benchSelector(b, 10000)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		s.Refresh()
+	}
+}

@@ -1,0 +1,337 @@
+package selection
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/workmesh/workmesh/config"
+)
+
+// State is a peer's liveness state.
+type State int32
+
+const (
+	// StateAlive: the peer answers its polls; it may be selected. A failed poll
+	// adds one to its failure count, a good one takes one away.
+	StateAlive State = iota
+	// StateUnreachable: the failure count reached poll-failure-threshold, or a
+	// probe failed. The peer is not selected; it is redialed with a doubling
+	// backoff.
+	StateUnreachable
+	// StateProbing: a redial succeeded; the peer must answer
+	// poll-success-threshold polls in a row before it is StateAlive again. Any
+	// failure sends it back to StateUnreachable. It is not selected meanwhile.
+	StateProbing
+	numStates
+)
+
+var stateNames = [numStates]string{StateAlive: "alive", StateUnreachable: "unreachable", StateProbing: "probing"}
+
+// String returns the state's name.
+func (s State) String() string {
+	if s >= 0 && s < numStates && stateNames[s] != "" {
+		return stateNames[s]
+	}
+	return fmt.Sprintf("state(%d)", int32(s))
+}
+
+// States lists every state, in order.
+func States() []State {
+	out := make([]State, numStates)
+	for i := range out {
+		out[i] = State(i)
+	}
+	return out
+}
+
+// allowedFrom is the transition table: for each target state, the states it
+// may be entered from. Anything else is refused and leaves the state as it is.
+var allowedFrom = [numStates][]State{
+	StateAlive:       {StateProbing, StateUnreachable}, // StateUnreachable -> StateAlive only when no success threshold is set.
+	StateUnreachable: {StateAlive, StateProbing},
+	StateProbing:     {StateUnreachable},
+}
+
+// ErrTransition is returned for a transition the table does not allow.
+var ErrTransition = errors.New("liveness transition not allowed")
+
+// Transition records one change of state.
+type Transition struct {
+	Peer     string
+	From, To State
+}
+
+// health is one peer's liveness. Its state is read without a lock on the
+// request path; everything else is guarded by Liveness.mu.
+type health struct {
+	state       atomic.Int32
+	failures    int       // decaying failure counter while StateAlive
+	successes   int       // good polls in a row while StateProbing
+	redials     int       // failed redials in a row while StateUnreachable
+	lastPoll    time.Time // last poll or redial attempt
+	nextAttempt time.Time // when an StateUnreachable peer is redialed next
+}
+
+func (h *health) load() State { return State(h.state.Load()) }
+
+// Liveness tracks the liveness state of every known peer. A dispatcher polls
+// the peers Due returns over the health protocol and reports every result
+// with Report; dispatch attempts that could not reach a peer are reported
+// too. Liveness is safe for concurrent use.
+type Liveness struct {
+	cfg   config.LivenessConfig
+	clock Clock
+
+	mu    sync.Mutex
+	peers map[string]*health
+	// onTransition, when set, is told of every state change (for logs and
+	// metrics). It is called with mu held and must not call back.
+	onTransition func(Transition)
+}
+
+// NewLiveness returns a Liveness for cfg, reading the time from clock.
+func NewLiveness(cfg config.LivenessConfig, clock Clock) (*Liveness, error) {
+	if cfg.PollSuccessThreshold > 0 && cfg.PollInterval <= 0 {
+		return nil, fmt.Errorf("liveness: poll-success-threshold %d needs poll-interval > 0", cfg.PollSuccessThreshold)
+	}
+	if cfg.PollFailureThreshold < 1 {
+		return nil, fmt.Errorf("liveness: poll-failure-threshold %d must be at least 1", cfg.PollFailureThreshold)
+	}
+	if clock == nil {
+		clock = SystemClock{}
+	}
+	return &Liveness{cfg: cfg, clock: clock, peers: make(map[string]*health)}, nil
+}
+
+// OnTransition sets a function told of every state change.
+func (l *Liveness) OnTransition(f func(Transition)) {
+	l.mu.Lock()
+	l.onTransition = f
+	l.mu.Unlock()
+}
+
+// handle returns the peer's health, creating it StateAlive (peers are trusted
+// until they fail) when it is new.
+func (l *Liveness) handle(id string) *health {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.handleLocked(id)
+}
+
+func (l *Liveness) handleLocked(id string) *health {
+	h := l.peers[id]
+	if h == nil {
+		h = &health{}
+		l.peers[id] = h
+	}
+	return h
+}
+
+// retain forgets every peer not in keep.
+func (l *Liveness) retain(keep map[string]struct{}) {
+	l.mu.Lock()
+	for id := range l.peers {
+		if _, ok := keep[id]; !ok {
+			delete(l.peers, id)
+		}
+	}
+	l.mu.Unlock()
+}
+
+// State returns the peer's state; an unknown peer is StateAlive.
+func (l *Liveness) State(id string) State {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if h := l.peers[id]; h != nil {
+		return h.load()
+	}
+	return StateAlive
+}
+
+// Failures returns the peer's current failure count.
+func (l *Liveness) Failures(id string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if h := l.peers[id]; h != nil {
+		return h.failures
+	}
+	return 0
+}
+
+// Report records the result of a poll (or of a redial, while the peer is
+// StateUnreachable) and returns the transition it caused, if any.
+func (l *Liveness) Report(id string, ok bool) (Transition, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.clock.Now()
+	h := l.handleLocked(id)
+	h.lastPoll = now
+	from := h.load()
+	var err error
+	switch from {
+	case StateAlive:
+		if ok {
+			// Decay, not reset: a grey peer failing often enough still climbs.
+			h.failures = max(0, h.failures-1)
+			return Transition{}, false
+		}
+		h.failures++
+		if h.failures < l.cfg.PollFailureThreshold {
+			return Transition{}, false
+		}
+		err = l.toUnreachable(id, h, now)
+	case StateUnreachable:
+		if !ok {
+			h.redials++
+			h.nextAttempt = now.Add(l.backoff(h.redials))
+			return Transition{}, false
+		}
+		if l.cfg.PollSuccessThreshold <= 0 {
+			err = l.toAlive(id, h)
+		} else {
+			err = l.toProbing(id, h)
+		}
+	case StateProbing:
+		if !ok {
+			// One failure while probing sends the peer back to redialing.
+			h.redials++
+			err = l.toUnreachable(id, h, now)
+			h.nextAttempt = now.Add(l.backoff(h.redials))
+			break
+		}
+		h.successes++
+		if h.successes < l.cfg.PollSuccessThreshold {
+			return Transition{}, false
+		}
+		err = l.toAlive(id, h)
+	}
+	if err != nil {
+		return Transition{}, false
+	}
+	t := Transition{Peer: id, From: from, To: h.load()}
+	if l.onTransition != nil {
+		l.onTransition(t)
+	}
+	return t, true
+}
+
+// backoff returns the wait before redial number n+1: redial-backoff-min
+// doubled n times, capped at redial-backoff-max.
+func (l *Liveness) backoff(n int) time.Duration {
+	d := l.cfg.RedialBackoffMin
+	if d <= 0 {
+		return 0
+	}
+	for i := 0; i < n && d < l.cfg.RedialBackoffMax; i++ {
+		d *= 2
+	}
+	if l.cfg.RedialBackoffMax > 0 && d > l.cfg.RedialBackoffMax {
+		d = l.cfg.RedialBackoffMax
+	}
+	return d
+}
+
+// transition moves h to target if the table allows it from its current state.
+func transition(h *health, target State) error {
+	from := h.load()
+	for _, s := range allowedFrom[target] {
+		if s == from {
+			h.state.Store(int32(target))
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: %s -> %s", ErrTransition, from, target)
+}
+
+func (l *Liveness) toAlive(_ string, h *health) error {
+	if err := transition(h, StateAlive); err != nil {
+		return err
+	}
+	h.failures, h.successes, h.redials = 0, 0, 0
+	return nil
+}
+
+func (l *Liveness) toUnreachable(_ string, h *health, now time.Time) error {
+	if err := transition(h, StateUnreachable); err != nil {
+		return err
+	}
+	h.failures, h.successes = 0, 0
+	h.nextAttempt = now.Add(l.backoff(h.redials))
+	return nil
+}
+
+func (l *Liveness) toProbing(_ string, h *health) error {
+	if err := transition(h, StateProbing); err != nil {
+		return err
+	}
+	h.successes, h.redials = 0, 0
+	return nil
+}
+
+// setState forces a transition through the table; tests use it to walk the
+// transition matrix.
+func (l *Liveness) setState(id string, target State) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	h := l.handleLocked(id)
+	switch target {
+	case StateAlive:
+		return l.toAlive(id, h)
+	case StateUnreachable:
+		return l.toUnreachable(id, h, l.clock.Now())
+	case StateProbing:
+		return l.toProbing(id, h)
+	}
+	return fmt.Errorf("%w: unknown target %s", ErrTransition, target)
+}
+
+// Due returns, sorted, the peers to poll now: StateAlive and StateProbing peers whose
+// last poll is poll-interval old (none when polling is off), and StateUnreachable
+// peers whose redial backoff has passed.
+func (l *Liveness) Due() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.clock.Now()
+	var out []string
+	for id, h := range l.peers {
+		switch h.load() {
+		case StateUnreachable:
+			if !now.Before(h.nextAttempt) {
+				out = append(out, id)
+			}
+		default:
+			if l.cfg.PollInterval > 0 && !now.Before(h.lastPoll.Add(l.cfg.PollInterval)) {
+				out = append(out, id)
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Counts returns how many known peers are in each state.
+func (l *Liveness) Counts() map[State]int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make(map[State]int, numStates)
+	for _, h := range l.peers {
+		out[h.load()]++
+	}
+	return out
+}
+
+// handles returns the health of each peer in ids, creating the missing ones,
+// under one lock.
+func (l *Liveness) handles(ids []string) []*health {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]*health, len(ids))
+	for i, id := range ids {
+		out[i] = l.handleLocked(id)
+	}
+	return out
+}

@@ -1,0 +1,331 @@
+package selection
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/workmesh/workmesh/config"
+)
+
+// Request is what the core needs to know of one submitted request.
+type Request struct {
+	// WorkType names the work; only peers advertising it are candidates.
+	WorkType string
+	// Labels a candidate must all carry (the request's label constraints).
+	Labels []string
+	// MinHead is the position the request names, when HasMinHead: a peer
+	// whose advertised head is below it cannot serve it.
+	MinHead    uint64
+	HasMinHead bool
+	// Idempotent work may be hedged (sent to a second peer concurrently).
+	Idempotent bool
+}
+
+// Pick is one peer a plan offers, with why it stands where it does.
+type Pick struct {
+	Peer string
+	// Group is the priority group's label ("" without label balancing or for
+	// the default group); GroupIndex its position in the order.
+	Group      string
+	GroupIndex int
+	Score      float64
+	Rated      bool
+	// Hedge is true for a concurrent extra attempt.
+	Hedge bool
+}
+
+// tried is one peer a plan handed out.
+type tried struct {
+	e        *entry
+	group    int
+	reported bool
+}
+
+// Plan is the per-request state of one dispatch: the peers already tried,
+// the group cursor, the budget spent. Retries and hedges of the request share
+// it and nothing else does. Every Pick a plan hands out must be reported back
+// exactly once with Report (Cancelled for an attempt that was abandoned). A
+// Plan is safe for concurrent use by the attempts of its request.
+type Plan struct {
+	s    *Selector
+	view *typeView
+	req  Request
+	mode string
+	lb   *config.LabelBalancingConfig
+	lim  limits
+
+	mu         sync.Mutex
+	cursor     int
+	tried      []tried
+	triedBuf   [4]tried
+	nexts      int // Next calls that produced a pick
+	retries    int
+	hedges     int
+	beyondHead bool
+	decided    bool
+	limitHit   string
+	rnd        uint64
+	rot        uint64
+}
+
+type limits struct {
+	maxRemote, maxRetries, maxHedges, spread int
+}
+
+// Plan starts the plan of one request from the current ranking.
+func (s *Selector) Plan(req Request) *Plan {
+	tv := s.snap.Load().types[req.WorkType]
+	p := &Plan{
+		s:    s,
+		view: tv,
+		req:  req,
+		mode: s.cfg.Selection.Mode,
+		lim: limits{
+			maxRemote:  s.cfg.Worker.MaxRemoteWorkers,
+			maxRetries: s.cfg.Worker.MaxRetries,
+			maxHedges:  s.cfg.Hedge.MaxCount,
+			spread:     min(max(1, s.cfg.Rating.Spread), maxSpread),
+		},
+	}
+	p.tried = p.triedBuf[:0]
+	p.rnd = splitmix(s.seed + s.plans.Add(1))
+	if tv == nil {
+		return p
+	}
+	p.lb = tv.lb
+	switch p.mode {
+	case config.ModeRoundRobin:
+		p.rot = tv.rr.Add(1) - 1
+	case config.ModeRandom:
+		p.rot = p.rand()
+	}
+	// The beyond-head rule: a position above every candidate's head cannot be
+	// served by anyone, so the empty answer of the best candidate is the
+	// truth. Unknown heads fail open.
+	p.beyondHead = req.HasMinHead && tv.headsKnown && len(tv.all) > 0 && req.MinHead > tv.maxHead
+	return p
+}
+
+// BeyondHead reports whether the request names a position above every
+// candidate's head: one attempt, its empty answer final, no fallback.
+func (p *Plan) BeyondHead() bool { return p.beyondHead }
+
+// FallbackAllowed reports whether the local worker may serve the request
+// when no remote attempt succeeded. Beyond every head it may not: the empty
+// answer is the truth and the local worker cannot know better.
+func (p *Plan) FallbackAllowed() bool { return !p.beyondHead }
+
+// Next returns the next peer to try: the first, or a retry after a failure.
+// It returns false when no peer is left or the budget is spent; Explain then
+// says why.
+func (p *Plan) Next() (Pick, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.decided {
+		return Pick{}, false
+	}
+	if p.nexts > 0 && p.retries >= p.lim.maxRetries {
+		p.limitHit = fmt.Sprintf("max-retries %d reached", p.lim.maxRetries)
+		return Pick{}, false
+	}
+	if !p.budgetLocked() {
+		return Pick{}, false
+	}
+	pk, ok := p.pickLocked(false)
+	if !ok {
+		return Pick{}, false
+	}
+	if p.nexts > 0 {
+		p.retries++
+	}
+	p.nexts++
+	return pk, true
+}
+
+// Hedge returns a peer for a concurrent extra attempt, when the request is
+// idempotent and hedging is on. A hedge is not an error: it never moves the
+// group cursor on, even under pass-on-error.
+func (p *Plan) Hedge() (Pick, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.decided || !p.req.Idempotent || p.hedges >= p.lim.maxHedges {
+		return Pick{}, false
+	}
+	if !p.budgetLocked() {
+		return Pick{}, false
+	}
+	pk, ok := p.pickLocked(true)
+	if !ok {
+		return Pick{}, false
+	}
+	p.hedges++
+	return pk, true
+}
+
+// HedgeDelay is how long after an attempt starts a hedge may be sent.
+func (p *Plan) HedgeDelay() time.Duration { return p.s.cfg.Hedge.Delay }
+
+// budgetLocked reports whether another distinct remote peer may be tried.
+func (p *Plan) budgetLocked() bool {
+	if p.beyondHead && len(p.tried) >= 1 {
+		p.limitHit = "beyond every head: one attempt only"
+		return false
+	}
+	if len(p.tried) >= p.lim.maxRemote {
+		p.limitHit = fmt.Sprintf("max-remote-workers %d reached", p.lim.maxRemote)
+		return false
+	}
+	return true
+}
+
+// pickLocked walks the groups from the cursor. A group with no selectable
+// peer always falls through to the next one.
+func (p *Plan) pickLocked(hedge bool) (Pick, bool) {
+	if p.view == nil {
+		return Pick{}, false
+	}
+	for p.cursor < len(p.view.groups) {
+		g := &p.view.groups[p.cursor]
+		if e := p.pickInGroup(g); e != nil {
+			p.tried = append(p.tried, tried{e: e, group: p.cursor})
+			e.stats.inflight.Add(1)
+			return Pick{Peer: e.id, Group: g.label, GroupIndex: p.cursor, Score: e.score, Rated: e.rated, Hedge: hedge}, true
+		}
+		p.cursor++
+	}
+	return Pick{}, false
+}
+
+// pickInGroup returns the best selectable member of g, or nil. In rating
+// mode unrated peers come first but only while they have no attempt in
+// flight; with rating-spread above 1 the pick is a seeded random one among
+// the best few rated peers.
+func (p *Plan) pickInGroup(g *group) *entry {
+	n := len(g.members)
+	if n == 0 {
+		return nil
+	}
+	start := 0
+	if p.mode != config.ModeRating {
+		start = int(p.rot % uint64(n))
+	}
+	var deferred *entry
+	var top [maxSpread]*entry
+	found := 0
+	for i := range n {
+		e := g.members[(start+i)%n]
+		if !p.selectable(e) {
+			continue
+		}
+		if p.mode != config.ModeRating {
+			return e
+		}
+		if !e.rated {
+			if e.stats.inflight.Load() >= exploreInFlight {
+				if deferred == nil {
+					deferred = e
+				}
+				continue
+			}
+			return e
+		}
+		top[found] = e
+		found++
+		if found >= p.lim.spread {
+			break
+		}
+	}
+	switch {
+	case found == 1:
+		return top[0]
+	case found > 1:
+		return top[p.rand()%uint64(found)]
+	}
+	return deferred
+}
+
+// selectable reports whether e may be tried by this request now.
+func (p *Plan) selectable(e *entry) bool {
+	return p.reason(e) == reasonNone
+}
+
+// Report records the outcome of an attempt on a picked peer and says what
+// to do next. Every outcome feeds rating; an unreachable one feeds liveness.
+func (p *Plan) Report(pk Pick, o Outcome, latency time.Duration) Verdict {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	i := slices.IndexFunc(p.tried, func(t tried) bool { return t.e.id == pk.Peer })
+	if i < 0 || p.tried[i].reported {
+		return Ignored
+	}
+	t := &p.tried[i]
+	t.reported = true
+	t.e.stats.inflight.Add(-1)
+	p.s.record(t.e, o, latency)
+	if p.decided || o == Cancelled {
+		return Ignored
+	}
+	switch o {
+	case Success, Permanent:
+		p.decided = true
+		return Done
+	case Empty:
+		if p.beyondHead {
+			p.decided = true
+			return Done
+		}
+		// At or below the head an empty answer is a miss: go on.
+	}
+	// An actual error (or a miss) from this attempt: under pass-on-error the
+	// request moves past the group the attempt came from. Only a reported
+	// failure moves the cursor, and only relative to its own group, so a
+	// hedge or a late failure from an earlier group never skips a group.
+	if p.lb != nil && p.lb.PassOnError && p.cursor < t.group+1 {
+		p.cursor = t.group + 1
+	}
+	if p.beyondHead || p.retries >= p.lim.maxRetries || len(p.tried) >= p.lim.maxRemote {
+		return Exhausted
+	}
+	return Retry
+}
+
+// InFlight returns the number of picks not yet reported.
+func (p *Plan) InFlight() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, t := range p.tried {
+		if !t.reported {
+			n++
+		}
+	}
+	return n
+}
+
+// Tried returns the peers handed out so far, in order.
+func (p *Plan) Tried() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]string, len(p.tried))
+	for i, t := range p.tried {
+		out[i] = t.e.id
+	}
+	return out
+}
+
+func (p *Plan) rand() uint64 {
+	p.rnd += 0x9e3779b97f4a7c15
+	return splitmix(p.rnd)
+}
+
+// splitmix is the SplitMix64 finaliser: a fast, allocation-free stream.
+func splitmix(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return x
+}

@@ -1,0 +1,167 @@
+package selection
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/workmesh/workmesh/config"
+)
+
+func TestPlan_ExplainsWhyNothingIsLeft(t *testing.T) {
+	cfg := testConfig()
+	cfg.Liveness.PollFailureThreshold = 1
+	s, _ := newSelector(t, cfg,
+		peer("d1", "archive"), peer("d2", "archive"), // will be unreachable
+		peer("n1"), // lacks archive
+		peer("t1", "archive"), peer("t2", "archive"), peer("t3", "archive"))
+	s.Liveness().Report("d1", false)
+	s.Liveness().Report("d2", false)
+	p := s.Plan(Request{WorkType: "sha256", Labels: []string{"archive"}})
+	if got := walk(t, p, Retryable); len(got) != 3 {
+		t.Fatalf("tried %v, want the three reachable archive peers", got)
+	}
+	want := "6 candidates for work type sha256: 2 unreachable, 1 lacks label archive, 3 already tried"
+	if got := p.Explain().String(); got != want {
+		t.Fatalf("explanation:\n got %q\nwant %q", got, want)
+	}
+
+	// The budget is a reason too.
+	cfg.Worker.MaxRemoteWorkers = 1
+	s, _ = newSelector(t, cfg, peer("a"), peer("b"))
+	p = s.Plan(Request{WorkType: "sha256"})
+	if v := p.Report(mustNext(t, p), Retryable, time.Millisecond); v != Exhausted {
+		t.Fatalf("verdict %s, want exhausted with max-remote-workers 1", v)
+	}
+	if _, ok := p.Next(); ok {
+		t.Fatal("max-remote-workers 1: a second peer was offered")
+	}
+	want = "2 candidates for work type sha256: 1 already tried, 1 not tried (max-remote-workers 1 reached)"
+	if got := p.Explain().String(); got != want {
+		t.Fatalf("explanation:\n got %q\nwant %q", got, want)
+	}
+
+	// No peer of the type at all.
+	if got := s.Plan(Request{WorkType: "nope"}).Explain().String(); got != "no peer advertises work type nope" {
+		t.Fatalf("explanation %q", got)
+	}
+}
+
+func TestPlan_RetryBudget(t *testing.T) {
+	cfg := testConfig()
+	cfg.Worker.MaxRetries = 2
+	s, _ := newSelector(t, cfg, peer("a"), peer("b"), peer("c"), peer("d"))
+	got := walk(t, s.Plan(Request{WorkType: "sha256"}), Busy)
+	if want := []string{"a", "b", "c"}; !eq(got, want) {
+		t.Fatalf("max-retries 2: got %v, want %v", got, want)
+	}
+	// Defaults: one remote worker, then the local fallback.
+	s, _ = newSelector(t, config.Defaults(), peer("a"), peer("b"))
+	p := s.Plan(Request{WorkType: "sha256"})
+	if got := walk(t, p, Retryable); len(got) != 1 || !p.FallbackAllowed() {
+		t.Fatalf("defaults: tried %v, fallback %v; want one peer then the local worker", got, p.FallbackAllowed())
+	}
+}
+
+func TestPlan_PermanentErrorIsFinal(t *testing.T) {
+	s, _ := newSelector(t, testConfig(), peer("a"), peer("b"))
+	p := s.Plan(Request{WorkType: "sha256"})
+	if v := p.Report(mustNext(t, p), Permanent, time.Millisecond); v != Done {
+		t.Fatalf("verdict %s, want done", v)
+	}
+}
+
+func TestPlan_ReportsAreCountedOnce(t *testing.T) {
+	s, _ := newSelector(t, testConfig(), peer("a"), peer("b"))
+	p := s.Plan(Request{WorkType: "sha256"})
+	pk := mustNext(t, p)
+	if v := p.Report(pk, Success, time.Millisecond); v != Done {
+		t.Fatalf("verdict %s", v)
+	}
+	if v := p.Report(pk, Retryable, time.Millisecond); v != Ignored {
+		t.Fatalf("second report verdict %s, want ignored", v)
+	}
+	if v := p.Report(Pick{Peer: "stranger"}, Success, 0); v != Ignored {
+		t.Fatalf("report for a peer never picked: %s, want ignored", v)
+	}
+	if n := p.InFlight(); n != 0 {
+		t.Fatalf("in flight %d, want 0", n)
+	}
+}
+
+func TestPlan_ConcurrentAttemptsShareOnePlan(t *testing.T) {
+	cfg := testConfig()
+	cfg.Worker.MaxRemoteWorkers = 50
+	cfg.Worker.MaxRetries = 50
+	cfg.Hedge.MaxCount = 50
+	var peers []Peer
+	for i := range 40 {
+		peers = append(peers, peer(string(rune('A'+i))))
+	}
+	s, _ := newSelector(t, cfg, peers...)
+	p := s.Plan(Request{WorkType: "sha256", Idempotent: true})
+	var mu sync.Mutex
+	seen := map[string]int{}
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() {
+			for {
+				var pk Pick
+				var ok bool
+				if i%2 == 0 {
+					pk, ok = p.Next()
+				} else {
+					pk, ok = p.Hedge()
+				}
+				if !ok {
+					return
+				}
+				mu.Lock()
+				seen[pk.Peer]++
+				mu.Unlock()
+				p.Report(pk, Retryable, time.Millisecond)
+				s.MaybeRefresh()
+			}
+		})
+	}
+	wg.Wait()
+	for id, n := range seen {
+		if n != 1 {
+			t.Fatalf("peer %s tried %d times in one request", id, n)
+		}
+	}
+}
+
+func TestSelectionModes(t *testing.T) {
+	peers := []Peer{peer("a"), peer("b"), peer("c")}
+	cfg := testConfig()
+	cfg.Selection.Mode = config.ModeRoundRobin
+	s, _ := newSelector(t, cfg, peers...)
+	var got []string
+	for range 6 {
+		p := s.Plan(Request{WorkType: "sha256"})
+		pk := mustNext(t, p)
+		got = append(got, pk.Peer)
+		p.Report(pk, Success, time.Millisecond)
+	}
+	if want := []string{"a", "b", "c", "a", "b", "c"}; !eq(got, want) {
+		t.Fatalf("round-robin: got %v, want %v", got, want)
+	}
+	cfg.Selection.Mode = config.ModeRandom
+	s, _ = newSelector(t, cfg, peers...)
+	counts := map[string]int{}
+	for range 300 {
+		p := s.Plan(Request{WorkType: "sha256"})
+		pk := mustNext(t, p)
+		counts[pk.Peer]++
+		p.Report(pk, Cancelled, 0)
+	}
+	for _, id := range []string{"a", "b", "c"} {
+		if counts[id] < 50 {
+			t.Fatalf("random: %v, want every peer picked often", counts)
+		}
+	}
+	if _, err := New(config.Config{Selection: config.SelectionConfig{Mode: "fastest"}}); err == nil {
+		t.Fatal("an unknown selection mode must be refused")
+	}
+}

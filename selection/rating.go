@@ -1,0 +1,107 @@
+package selection
+
+import (
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/workmesh/workmesh/config"
+)
+
+// stats holds one peer's recent outcomes as exponentially decayed sums: a
+// sample's weight halves every rating-window, so the rating describes the
+// peer as it is now, not since it was first seen.
+type stats struct {
+	mu      sync.Mutex
+	last    time.Time // when the sums were last decayed
+	n       float64   // weighted number of samples
+	errs    float64   // weighted retryable errors and unreachable attempts
+	busy    float64   // weighted busy refusals
+	latency float64   // weighted sum of latencies, in seconds
+
+	// inflight counts attempts picked and not yet reported; read without the
+	// lock to bound exploration of unrated peers.
+	inflight atomic.Int32
+}
+
+// decay brings the sums forward to now.
+func (s *stats) decay(now time.Time, halfLife time.Duration) {
+	if s.last.IsZero() || halfLife <= 0 {
+		s.last = now
+		return
+	}
+	dt := now.Sub(s.last)
+	if dt <= 0 {
+		return
+	}
+	f := math.Exp2(-float64(dt) / float64(halfLife))
+	s.n *= f
+	s.errs *= f
+	s.busy *= f
+	s.latency *= f
+	s.last = now
+}
+
+// record adds one outcome.
+func (s *stats) record(o Outcome, latency time.Duration, now time.Time, halfLife time.Duration) {
+	if o == Cancelled || o >= numOutcomes {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.decay(now, halfLife)
+	s.n++
+	switch {
+	case o.isError():
+		s.errs++
+	case o == Busy:
+		s.busy++
+	}
+	if latency > 0 {
+		s.latency += latency.Seconds()
+	}
+}
+
+// view is a point-in-time reading of stats.
+type view struct {
+	n, errRate, busyRate, latency float64
+}
+
+func (s *stats) read(now time.Time, halfLife time.Duration) view {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.decay(now, halfLife)
+	if s.n <= 0 {
+		return view{}
+	}
+	return view{n: s.n, errRate: s.errs / s.n, busyRate: s.busy / s.n, latency: s.latency / s.n}
+}
+
+// scoreInputs are the terms of one peer's score for one work type.
+type scoreInputs struct {
+	view
+	bestLatency float64 // the lowest mean latency among rated peers of the type
+	headLag     float64 // blocks behind the highest head of the type; 0 when unknown
+	load        float64 // advertised utilisation, 0 (idle) to 1 (full) and beyond
+}
+
+// score turns the inputs into a number in (0, 1]; higher is better. Each term
+// is a cost scaled by its weight: latency relative to the best peer (a peer
+// twice as slow costs 1), error and busy rates, head lag (a peer 1 behind
+// costs 0.5, far behind nearly 1) and load.
+func score(in scoreInputs, w config.RatingConfig) float64 {
+	cost := 0.0
+	if in.bestLatency > 0 && in.latency > in.bestLatency {
+		cost += w.LatencyWeight * (in.latency/in.bestLatency - 1)
+	}
+	cost += w.ErrorWeight * in.errRate
+	cost += w.BusyWeight * in.busyRate
+	if in.headLag > 0 {
+		cost += w.HeadLagWeight * in.headLag / (1 + in.headLag)
+	}
+	if in.load > 0 {
+		cost += w.LoadWeight * in.load
+	}
+	return 1 / (1 + cost)
+}

@@ -1,0 +1,114 @@
+package selection
+
+import (
+	"testing"
+	"time"
+)
+
+// feed reports n outcomes for a peer through real plans.
+func feed(t *testing.T, s *Selector, id string, o Outcome, latency time.Duration, n int) {
+	t.Helper()
+	for range n {
+		p := s.Plan(Request{WorkType: "sha256", Labels: []string{id}})
+		pk := mustNext(t, p)
+		p.Report(pk, o, latency)
+	}
+}
+
+func TestRating_OrdersByLatencyAndErrors(t *testing.T) {
+	s, _ := newSelector(t, testConfig(), peer("slow", "slow"), peer("fast", "fast"), peer("flaky", "flaky"))
+	feed(t, s, "slow", Success, 40*time.Millisecond, 5)
+	feed(t, s, "fast", Success, 2*time.Millisecond, 5)
+	feed(t, s, "flaky", Success, 2*time.Millisecond, 3)
+	feed(t, s, "flaky", Retryable, 2*time.Millisecond, 3)
+	s.Refresh()
+	var order []string
+	for _, r := range s.Ranking("sha256") {
+		order = append(order, r.Peer)
+	}
+	if want := []string{"fast", "flaky", "slow"}; !eq(order, want) {
+		t.Fatalf("ranking %v, want %v", order, want)
+	}
+	if pk := mustNext(t, s.Plan(Request{WorkType: "sha256"})); pk.Peer != "fast" || !pk.Rated {
+		t.Fatalf("first pick %s (rated %v), want fast", pk.Peer, pk.Rated)
+	}
+}
+
+func TestRating_WindowForgetsOldFailures(t *testing.T) {
+	cfg := testConfig()
+	cfg.Rating.Window = 10 * time.Second
+	s, clk := newSelector(t, cfg, peer("a", "a"), peer("b", "b"))
+	feed(t, s, "a", Retryable, time.Millisecond, 20)
+	feed(t, s, "b", Success, time.Millisecond, 20)
+	s.Refresh()
+	if pk := mustNext(t, s.Plan(Request{WorkType: "sha256"})); pk.Peer != "b" {
+		t.Fatalf("after a's failures: first pick %s, want b", pk.Peer)
+	}
+	// A minute later (6 half-lives) a recovers and b's record has decayed
+	// too: a's fresh successes outweigh its old failures.
+	clk.Advance(time.Minute)
+	feed(t, s, "a", Success, time.Millisecond, 10)
+	feed(t, s, "b", Success, time.Millisecond, 10)
+	s.Refresh()
+	r := s.Ranking("sha256")
+	// Counted since the start a would still fail 2 of 3 (score 0.27).
+	if r[0].Score-r[1].Score > 0.15 {
+		t.Fatalf("after recovery the scores should be close: %+v", r)
+	}
+}
+
+func TestRating_UnratedPeersAreExplored(t *testing.T) {
+	s, _ := newSelector(t, testConfig(), peer("old", "old"), peer("new", "new"))
+	feed(t, s, "old", Success, time.Millisecond, 10)
+	s.Refresh()
+	// The new peer has no samples: it is explored first ...
+	p := s.Plan(Request{WorkType: "sha256"})
+	pk := mustNext(t, p)
+	if pk.Peer != "new" || pk.Rated {
+		t.Fatalf("first pick %s (rated %v), want the unrated new peer", pk.Peer, pk.Rated)
+	}
+	// ... but only one attempt at a time: a concurrent request goes to the
+	// rated peer rather than piling onto an unknown one.
+	if pk2 := mustNext(t, s.Plan(Request{WorkType: "sha256"})); pk2.Peer != "old" {
+		t.Fatalf("concurrent pick %s, want old while new is being explored", pk2.Peer)
+	}
+	// Below rating-min-samples a peer is not judged.
+	p.Report(pk, Retryable, time.Millisecond)
+	s.Refresh()
+	for _, r := range s.Ranking("sha256") {
+		if r.Peer == "new" && r.Rated {
+			t.Fatal("one sample must not rate a peer (rating-min-samples is 3)")
+		}
+	}
+}
+
+func TestRating_SpreadIsSeededAndBounded(t *testing.T) {
+	cfg := testConfig()
+	cfg.Rating.Spread = 2
+	run := func() []string {
+		s, _ := newSelector(t, cfg, peer("a", "a"), peer("b", "b"), peer("c", "c"))
+		feed(t, s, "a", Success, time.Millisecond, 5)
+		feed(t, s, "b", Success, time.Millisecond, 5)
+		feed(t, s, "c", Success, 50*time.Millisecond, 5)
+		s.Refresh()
+		var got []string
+		for range 40 {
+			p := s.Plan(Request{WorkType: "sha256"})
+			pk := mustNext(t, p)
+			got = append(got, pk.Peer)
+			p.Report(pk, Cancelled, 0)
+		}
+		return got
+	}
+	first, second := run(), run()
+	if !eq(first, second) {
+		t.Fatalf("the same seed must give the same picks:\n%v\n%v", first, second)
+	}
+	counts := map[string]int{}
+	for _, id := range first {
+		counts[id]++
+	}
+	if counts["c"] != 0 || counts["a"] == 0 || counts["b"] == 0 {
+		t.Fatalf("spread 2 must share between the best two only: %v", counts)
+	}
+}

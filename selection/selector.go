@@ -1,0 +1,403 @@
+package selection
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/workmesh/workmesh/config"
+)
+
+// TypeInfo is one work type a peer advertises, with its head when the type
+// has positions.
+type TypeInfo struct {
+	Name    string
+	Head    uint64
+	HasHead bool
+}
+
+// Peer is one remote candidate as the peer table knows it: what it can do,
+// its group labels and its advertised load. Self is never a Peer.
+type Peer struct {
+	ID     string
+	Labels []string
+	Types  []TypeInfo
+	// Load is the peer's advertised utilisation: 0 idle, 1 at capacity.
+	Load float64
+}
+
+// Option adjusts a Selector.
+type Option func(*Selector) error
+
+// WithClock sets the clock the Selector and its Liveness read.
+func WithClock(c Clock) Option {
+	return func(s *Selector) error {
+		if c == nil {
+			return fmt.Errorf("selection: nil clock")
+		}
+		s.clock = c
+		return nil
+	}
+}
+
+// WithSeed seeds the random choices (rating-spread ties, random mode) so that
+// a run can be repeated.
+func WithSeed(seed uint64) Option {
+	return func(s *Selector) error { s.seed = seed; return nil }
+}
+
+// WithRefreshInterval sets how stale the ranking may get before MaybeRefresh
+// rebuilds it (default 50ms).
+func WithRefreshInterval(d time.Duration) Option {
+	return func(s *Selector) error {
+		if d < 0 {
+			return fmt.Errorf("selection: negative refresh interval %s", d)
+		}
+		s.refreshEvery = d
+		return nil
+	}
+}
+
+// exploreInFlight bounds the attempts in flight on one unrated peer before
+// it is passed over for rated ones: exploration learns, it does not flood.
+const exploreInFlight = 1
+
+// maxSpread caps rating-spread so a pick stays a bounded scan.
+const maxSpread = 8
+
+// Selector ranks candidates and makes per-request plans. One Selector lives
+// as long as the dispatcher that owns it; it is safe for concurrent use.
+type Selector struct {
+	cfg          config.Config
+	clock        Clock
+	live         *Liveness
+	seed         uint64
+	refreshEvery time.Duration
+	plans        atomic.Uint64 // per-plan random stream index
+
+	mu          sync.Mutex // guards everything below
+	peers       []Peer
+	pstats      []*stats  // stats of peers[i]
+	phealth     []*health // liveness of peers[i]
+	views       []view    // rating inputs of peers[i], during Refresh
+	stats       map[string]*stats
+	dirty       bool
+	lastRefresh time.Time
+
+	snap atomic.Pointer[snapshot]
+}
+
+// New returns a Selector for cfg. cfg should have passed Validate; New checks
+// what the core itself depends on.
+func New(cfg config.Config, opts ...Option) (*Selector, error) {
+	s := &Selector{
+		cfg:          cfg,
+		clock:        SystemClock{},
+		seed:         0x9e3779b97f4a7c15,
+		refreshEvery: 50 * time.Millisecond,
+		stats:        make(map[string]*stats),
+	}
+	for _, o := range opts {
+		if err := o(s); err != nil {
+			return nil, err
+		}
+	}
+	switch cfg.Selection.Mode {
+	case config.ModeRating, config.ModeRoundRobin, config.ModeRandom:
+	case "":
+		s.cfg.Selection.Mode = config.ModeRating
+	default:
+		return nil, fmt.Errorf("selection: unknown selection-mode %q (want rating, round-robin or random)", cfg.Selection.Mode)
+	}
+	live, err := NewLiveness(cfg.Liveness, s.clock)
+	if err != nil {
+		return nil, err
+	}
+	s.live = live
+	s.snap.Store(&snapshot{types: map[string]*typeView{}})
+	return s, nil
+}
+
+// Liveness returns the liveness tracker the Selector consults.
+func (s *Selector) Liveness() *Liveness { return s.live }
+
+// SetPeers replaces the candidate set (from the peer table) and rebuilds the
+// ranking. Peers that are gone are forgotten by rating and liveness.
+func (s *Selector) SetPeers(peers []Peer) {
+	cp := make([]Peer, len(peers))
+	copy(cp, peers)
+	// Kept in ID order, so a peer's index is its deterministic tie-break.
+	slices.SortFunc(cp, func(a, b Peer) int { return cmp.Compare(a.ID, b.ID) })
+	keep := make(map[string]struct{}, len(cp))
+	for _, p := range cp {
+		keep[p.ID] = struct{}{}
+	}
+	s.live.retain(keep)
+	ids := make([]string, len(cp))
+	for i, p := range cp {
+		ids[i] = p.ID
+	}
+	handles := s.live.handles(ids)
+	s.mu.Lock()
+	s.peers = cp
+	s.phealth = handles
+	for id := range s.stats {
+		if _, ok := keep[id]; !ok {
+			delete(s.stats, id)
+		}
+	}
+	s.pstats = make([]*stats, len(cp))
+	for i, p := range cp {
+		st := s.stats[p.ID]
+		if st == nil {
+			st = &stats{}
+			s.stats[p.ID] = st
+		}
+		s.pstats[i] = st
+	}
+	s.mu.Unlock()
+	s.Refresh()
+}
+
+// MaybeRefresh rebuilds the ranking when outcomes arrived since the last
+// rebuild and that rebuild is older than the refresh interval. A dispatcher
+// calls it after reporting outcomes, or on a ticker of its own.
+func (s *Selector) MaybeRefresh() bool {
+	s.mu.Lock()
+	due := s.dirty && s.clock.Now().Sub(s.lastRefresh) >= s.refreshEvery
+	s.mu.Unlock()
+	if due {
+		s.Refresh()
+	}
+	return due
+}
+
+// record feeds one attempt's outcome to rating and, when the peer could not
+// be reached, to liveness.
+func (s *Selector) record(e *entry, o Outcome, latency time.Duration) {
+	if o == Cancelled {
+		return
+	}
+	e.stats.record(o, latency, s.clock.Now(), s.cfg.Rating.Window)
+	if o == Unreachable {
+		// Dispatch only adds evidence of unreachability; recovery is proven
+		// by polls, so a grey peer cannot hide behind its successes.
+		s.live.Report(e.id, false)
+	}
+	s.mu.Lock()
+	s.dirty = true
+	s.mu.Unlock()
+}
+
+// entry is one peer as a candidate for one work type, in a snapshot.
+type entry struct {
+	id      string
+	labels  []string
+	head    uint64
+	hasHead bool
+	load    float64
+	score   float64
+	rated   bool
+	health  *health
+	stats   *stats
+	idx     int32 // the peer's position in ID order
+}
+
+func (e *entry) hasLabel(l string) bool { return slices.Contains(e.labels, l) }
+
+// group is one priority group in rated order.
+type group struct {
+	label   string // the order label; "" for the default group or no label balancing
+	members []*entry
+}
+
+// typeView is everything a request for one work type needs, precomputed.
+type typeView struct {
+	name    string
+	lb      *config.LabelBalancingConfig
+	groups  []group
+	all     []*entry // every candidate of the type, in rated order
+	maxHead uint64
+	// headsKnown: every candidate advertises a head, so "above every head"
+	// can be decided. One unknown head makes the rule fail open.
+	headsKnown bool
+	rr         atomic.Uint64 // round-robin position
+}
+
+// snapshot is an immutable ranking; requests read it with one atomic load.
+type snapshot struct {
+	types map[string]*typeView
+	at    time.Time
+}
+
+// Refresh rebuilds the ranking snapshot from the current peers and outcomes.
+// It runs off the request path.
+func (s *Selector) Refresh() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.clock.Now()
+	s.dirty = false
+	s.lastRefresh = now
+
+	// One slab of entries per refresh: a peer has one entry per work type.
+	total := 0
+	perType := make(map[string]int)
+	for _, p := range s.peers {
+		total += len(p.Types)
+		for _, t := range p.Types {
+			perType[t.Name]++
+		}
+	}
+	views := make([]view, len(s.peers))
+	slab := make([]entry, 0, total)
+	byType := make(map[string][]*entry, len(perType))
+	for name, n := range perType {
+		byType[name] = make([]*entry, 0, n)
+	}
+	for i, p := range s.peers {
+		views[i] = s.pstats[i].read(now, s.cfg.Rating.Window)
+		for _, t := range p.Types {
+			slab = append(slab, entry{
+				id: p.ID, labels: p.Labels, head: t.Head, hasHead: t.HasHead,
+				load: p.Load, health: s.phealth[i], stats: s.pstats[i], idx: int32(i),
+			})
+			byType[t.Name] = append(byType[t.Name], &slab[len(slab)-1])
+		}
+	}
+	s.views = views
+	snap := &snapshot{types: make(map[string]*typeView, len(byType)), at: now}
+	for name, entries := range byType {
+		snap.types[name] = s.buildView(name, entries)
+	}
+	s.views = nil
+	s.snap.Store(snap)
+}
+
+func (s *Selector) buildView(name string, entries []*entry) *typeView {
+	tv := &typeView{name: name, lb: s.cfg.LabelBalancingFor(name), headsKnown: true}
+	best := 0.0
+	for _, e := range entries {
+		if e.hasHead {
+			tv.maxHead = max(tv.maxHead, e.head)
+		} else {
+			tv.headsKnown = false
+		}
+		v := s.views[e.idx]
+		if v.n >= float64(max(1, s.cfg.Rating.MinSamples)) {
+			e.rated = true
+			if v.latency > 0 && (best == 0 || v.latency < best) {
+				best = v.latency
+			}
+		}
+	}
+	for _, e := range entries {
+		in := scoreInputs{view: s.views[e.idx], bestLatency: best, load: e.load}
+		if e.hasHead && tv.maxHead > e.head {
+			in.headLag = float64(tv.maxHead - e.head)
+		}
+		if !e.rated {
+			// Unrated peers are judged on what they advertise alone.
+			in.view = view{}
+		}
+		e.score = score(in, s.cfg.Rating)
+	}
+	// Entries arrive in ID order; round-robin and random modes keep it.
+	if s.cfg.Selection.Mode == config.ModeRating {
+		// Unrated peers first, so they are explored; then best score first.
+		// Ties break by peer ID, so the order is deterministic.
+		type item struct {
+			key float64
+			idx int32
+			e   *entry
+		}
+		items := make([]item, len(entries))
+		for i, e := range entries {
+			items[i] = item{key: e.score, idx: e.idx, e: e}
+			if !e.rated {
+				items[i].key += 2 // scores are in (0, 1]
+			}
+		}
+		slices.SortFunc(items, func(a, b item) int {
+			if a.key != b.key {
+				if a.key > b.key {
+					return -1
+				}
+				return 1
+			}
+			return int(a.idx - b.idx)
+		})
+		for i := range items {
+			entries[i] = items[i].e
+		}
+	}
+	tv.all = entries
+	tv.groups = partition(entries, tv.lb)
+	return tv
+}
+
+// partition splits entries (in rated order) into the priority groups of lb:
+// one group per order label, then the default group of peers carrying none of
+// them when include-default is on. A peer with several labels is in several
+// groups. Without label balancing there is one group of everyone.
+func partition(entries []*entry, lb *config.LabelBalancingConfig) []group {
+	if lb == nil {
+		return []group{{members: entries}}
+	}
+	groups := make([]group, 0, len(lb.Order)+1)
+	for _, label := range lb.Order {
+		g := group{label: label, members: make([]*entry, 0, len(entries)/len(lb.Order)+1)}
+		for _, e := range entries {
+			if e.hasLabel(label) {
+				g.members = append(g.members, e)
+			}
+		}
+		groups = append(groups, g)
+	}
+	if lb.IncludesDefault() {
+		g := group{}
+		for _, e := range entries {
+			if !inAnyGroup(e, lb) {
+				g.members = append(g.members, e)
+			}
+		}
+		groups = append(groups, g)
+	}
+	return groups
+}
+
+func inAnyGroup(e *entry, lb *config.LabelBalancingConfig) bool {
+	for _, l := range lb.Order {
+		if e.hasLabel(l) {
+			return true
+		}
+	}
+	return false
+}
+
+// Ranked is one peer's place in the current ranking, for explanations.
+type Ranked struct {
+	Peer  string
+	Group string
+	Score float64
+	Rated bool
+	State State
+}
+
+// Ranking returns the current order for a work type, group by group, as a
+// request would walk it (before per-request filters).
+func (s *Selector) Ranking(workType string) []Ranked {
+	tv := s.snap.Load().types[workType]
+	if tv == nil {
+		return nil
+	}
+	var out []Ranked
+	for _, g := range tv.groups {
+		for _, e := range g.members {
+			out = append(out, Ranked{Peer: e.id, Group: g.label, Score: e.score, Rated: e.rated, State: e.health.load()})
+		}
+	}
+	return out
+}

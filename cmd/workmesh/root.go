@@ -38,6 +38,7 @@ func newRootCommand() *cobra.Command {
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(newVersionCommand())
+	root.AddCommand(newNodeCommand(), newPeersCommand())
 	return root
 }
 

@@ -1,0 +1,139 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	ma "github.com/multiformats/go-multiaddr"
+	"github.com/spf13/cobra"
+
+	"github.com/workmesh/workmesh/config"
+	"github.com/workmesh/workmesh/node"
+)
+
+// shutdownTimeout bounds a clean shutdown after SIGINT or SIGTERM.
+const shutdownTimeout = 5 * time.Second
+
+func newNodeCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "node",
+		Short: "Run a workmesh node",
+		Args:  cobra.NoArgs,
+	}
+	cmd.AddCommand(newNodeStartCommand())
+	return cmd
+}
+
+func newNodeStartCommand() *cobra.Command {
+	var configFile string
+	cmd := &cobra.Command{
+		Use:   "start",
+		Short: "Join a network and serve the local API until interrupted",
+		Long: "start joins the network through the --bootstrap peers (none: it starts a new network), advertises\n" +
+			"this node's work types and labels, and serves the local HTTP API. It prints its peer ID and a line\n" +
+			"another node can join with, then \"ready\". SIGINT or SIGTERM stops it cleanly.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := config.Load(config.LoadOptions{File: configFile, Flags: cmd.Flags(), Environ: os.Environ()})
+			if err != nil {
+				if errors.Is(err, fs.ErrNotExist) || errors.Is(err, config.ErrInvalid) ||
+					errors.Is(err, config.ErrUnknownSetting) || errors.Is(err, config.ErrBadValue) {
+					return usageError{err}
+				}
+				return err
+			}
+			// Checked here, before anything starts, so that a typo in a
+			// bootstrap address is a usage error naming it.
+			if _, err := node.ParseBootstrap(cfg.Node.Bootstrap); err != nil {
+				return usageError{err}
+			}
+			if _, err := node.ParseListen(cfg.Node.Listen); err != nil {
+				return usageError{err}
+			}
+			log, err := newLogger(cfg.Node.LogLevel, cfg.Node.LogFormat)
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			n, err := node.New(ctx, cfg.Node, node.WithLogger(log), node.WithVersion(version))
+			if err != nil {
+				return err
+			}
+			printStartup(cmd.OutOrStdout(), n, cfg.Node)
+
+			<-ctx.Done()
+			stop()
+			log.Info("shutting down")
+			done := make(chan error, 1)
+			go func() { done <- n.Close() }()
+			select {
+			case err := <-done:
+				return err
+			case <-time.After(shutdownTimeout):
+				return fmt.Errorf("shutdown: node did not stop within %s", shutdownTimeout)
+			}
+		},
+	}
+	config.BindFlags(cmd.Flags())
+	cmd.Flags().StringVar(&configFile, "config", "", "YAML file with settings (flags and WORKMESH_* variables override it)")
+	return cmd
+}
+
+// printStartup prints who the node is, how to join it and where its API
+// listens, then "ready". Tests and scripts read these lines.
+func printStartup(w io.Writer, n *node.Node, cfg config.NodeConfig) {
+	fmt.Fprintf(w, "peer id: %s\n", n.ID())
+	addrs := n.Addrs()
+	for _, a := range addrs {
+		fmt.Fprintf(w, "listening on: %s\n", a)
+	}
+	if join := joinAddr(addrs); join != "" {
+		line := "workmesh node start"
+		if cfg.Network != config.Defaults().Node.Network {
+			line += " --network " + cfg.Network
+		}
+		fmt.Fprintf(w, "join with: %s --bootstrap %s\n", line, join)
+	}
+	if api := n.APIAddr(); api != "" {
+		fmt.Fprintf(w, "api: %s\n", api)
+	}
+	fmt.Fprintln(w, "ready")
+}
+
+// joinAddr picks the address another node is most likely to reach: a
+// non-loopback one when there is one (another machine), QUIC before TCP.
+func joinAddr(addrs []ma.Multiaddr) string {
+	best, bestScore := "", -1
+	for _, a := range addrs {
+		score := 0
+		if !isLoopback(a) {
+			score += 2
+		}
+		if strings.Contains(a.String(), "/quic-v1") {
+			score++
+		}
+		if score > bestScore {
+			best, bestScore = a.String(), score
+		}
+	}
+	return best
+}
+
+func isLoopback(a ma.Multiaddr) bool {
+	for _, code := range []int{ma.P_IP4, ma.P_IP6} {
+		if v, err := a.ValueForProtocol(code); err == nil {
+			ip := net.ParseIP(v)
+			return ip != nil && ip.IsLoopback()
+		}
+	}
+	return false
+}

@@ -1,0 +1,137 @@
+package node
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/sirupsen/logrus"
+)
+
+// InfoView is the body of GET /v1/info: who this node is and how to reach it.
+type InfoView struct {
+	PeerID    string   `json:"peer_id"`    // the node's peer ID
+	Addrs     []string `json:"addrs"`      // listen addresses with /p2p/<peer id>, ready to bootstrap from
+	Network   string   `json:"network"`    // the network it joined
+	Version   string   `json:"version"`    // the workmesh version it runs
+	WorkTypes []string `json:"work_types"` // the work types it advertises
+	Labels    []string `json:"labels"`     // its group labels
+}
+
+// PeerView is one element of GET /v1/peers: one fresh peer of the table.
+type PeerView struct {
+	ID        string            `json:"id"`         // peer ID
+	Addrs     []string          `json:"addrs"`      // listen addresses the peer signed, without /p2p
+	WorkTypes []string          `json:"work_types"` // work types it serves
+	Labels    []string          `json:"labels"`     // its group labels
+	Heads     map[string]uint64 `json:"heads"`      // head per work type, for types that have one
+	Capacity  Capacity          `json:"capacity"`   // how much work it takes at most
+	Load      Load              `json:"load"`       // its load when it signed the record
+	Version   string            `json:"version"`    // the workmesh version it runs
+	Sequence  uint64            `json:"sequence"`   // sequence of its newest record
+	LastSeen  time.Time         `json:"last_seen"`  // when a newer record last arrived
+	Connected bool              `json:"connected"`  // whether this node has a connection to it
+	Source    string            `json:"source"`     // how the newest record arrived: gossip, dht or sync
+}
+
+// NewPeerView returns the API form of a peer table entry.
+func NewPeerView(p PeerInfo) PeerView {
+	heads := make(map[string]uint64)
+	for _, wt := range p.Data.WorkTypes {
+		if wt.Head != nil {
+			heads[wt.Name] = *wt.Head
+		}
+	}
+	return PeerView{
+		ID:        p.Data.PeerID.String(),
+		Addrs:     nonNil(p.Data.Addrs),
+		WorkTypes: p.Data.WorkTypeNames(),
+		Labels:    nonNil(p.Data.Labels),
+		Heads:     heads,
+		Capacity:  p.Data.Capacity,
+		Load:      p.Data.Load,
+		Version:   p.Data.Version,
+		Sequence:  p.Data.Sequence,
+		LastSeen:  p.LastSeen.UTC(),
+		Connected: p.Connected,
+		Source:    p.Source.String(),
+	}
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+// Info returns what GET /v1/info reports.
+func (n *Node) Info() InfoView {
+	cur := n.current()
+	addrs := make([]string, 0)
+	for _, a := range n.Addrs() {
+		addrs = append(addrs, a.String())
+	}
+	return InfoView{
+		PeerID:    n.ID().String(),
+		Addrs:     addrs,
+		Network:   n.network,
+		Version:   n.version,
+		WorkTypes: cur.Data.WorkTypeNames(),
+		Labels:    nonNil(cur.Data.Labels),
+	}
+}
+
+func (n *Node) routes() {
+	n.mux.HandleFunc("GET /v1/info", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, n.log, n.Info())
+	})
+	n.mux.HandleFunc("GET /v1/peers", func(w http.ResponseWriter, _ *http.Request) {
+		peers := n.table.Peers()
+		out := make([]PeerView, len(peers))
+		for i, p := range peers {
+			out[i] = NewPeerView(p)
+		}
+		writeJSON(w, n.log, out)
+	})
+}
+
+// HandleAPI mounts h on the local HTTP API under pattern (http.ServeMux
+// syntax, e.g. "POST /v1/work"). It may be called at any time; a pattern that
+// conflicts with one already mounted is an error.
+func (n *Node) HandleAPI(pattern string, h http.Handler) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("api: mount %q: %v", pattern, r)
+		}
+	}()
+	n.mux.Handle(pattern, h)
+	return nil
+}
+
+// recoverHandler turns a panic in a handler into a 500 instead of a dropped
+// connection, and logs it.
+func recoverHandler(log *logrus.Logger, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler {
+					panic(v)
+				}
+				log.Errorf("api: %s %s: panic: %v", r.Method, r.URL.Path, v)
+				http.Error(w, "internal error", http.StatusInternalServerError)
+			}
+		}()
+		h.ServeHTTP(w, r)
+	})
+}
+
+func writeJSON(w http.ResponseWriter, log *logrus.Logger, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		log.Debugf("api: write response: %v", err)
+	}
+}

@@ -1,0 +1,225 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/protocol"
+)
+
+// HealthProtocol returns the protocol ID of the health ping in a network.
+func HealthProtocol(network string) protocol.ID {
+	return protocol.ID("/workmesh/" + network + "/health/1.0.0")
+}
+
+// NodeDataProtocol returns the protocol ID on which a node hands over its own
+// signed NodeData and, on request, the signed records it holds of others, so
+// that a node that just connected does not wait for the next announcement.
+func NodeDataProtocol(network string) protocol.ID {
+	return protocol.ID("/workmesh/" + network + "/nodedata/1.0.0")
+}
+
+// Message bounds and deadlines of the health and nodedata protocols.
+const (
+	maxRequestFrame = 256
+	maxHealthFrame  = 16 << 10
+	// maxSyncRecords bounds the records in one nodedata answer.
+	maxSyncRecords = 1024
+	// streamTimeout bounds a whole exchange when the caller's context sets
+	// no earlier deadline.
+	streamTimeout = 5 * time.Second
+	syncTimeout   = 10 * time.Second
+)
+
+// HealthAnswer is a node's answer to a health ping: enough to tell it is
+// alive, whether it has a newer record than the one held, and how busy it is.
+type HealthAnswer struct {
+	// Sequence is the sequence of the node's current NodeData.
+	Sequence uint64 `json:"sequence"`
+	// Load is the node's load now.
+	Load Load `json:"load"`
+	// Heads maps work type to the node's head now, for types that have one.
+	Heads map[string]uint64 `json:"heads,omitempty"`
+}
+
+type healthRequest struct{}
+
+type nodedataRequest struct {
+	// All asks for every fresh record the node holds, not only its own.
+	All bool `json:"all"`
+}
+
+// finish closes s after a good exchange and resets it after a failed one.
+func finish(s network.Stream, err error) {
+	if err != nil {
+		s.Reset()
+		return
+	}
+	s.Close()
+}
+
+func (n *Node) handleHealth(s network.Stream) {
+	var err error
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("panic: %v", r)
+			n.log.WithField("peer", s.Conn().RemotePeer().String()).Errorf("health handler: %v", err)
+		}
+		finish(s, err)
+	}()
+	if err = s.Scope().SetService(healthService); err != nil {
+		return
+	}
+	if err = s.SetDeadline(time.Now().Add(streamTimeout)); err != nil {
+		return
+	}
+	var req healthRequest
+	if err = readJSONFrame(s, &req, maxRequestFrame); err != nil {
+		n.log.WithField("peer", s.Conn().RemotePeer().String()).Debugf("health: bad request: %v", err)
+		return
+	}
+	err = writeJSONFrame(s, n.healthAnswer(), maxHealthFrame)
+}
+
+func (n *Node) healthAnswer() HealthAnswer {
+	cur := n.current()
+	return HealthAnswer{Sequence: cur.Data.Sequence, Load: n.state.Load(), Heads: n.state.Heads()}
+}
+
+// Ping sends one health ping to p and returns the round-trip time and the
+// answer. It dials p if needed, within ctx; without a deadline in ctx the
+// exchange is bounded by five seconds.
+func (n *Node) Ping(ctx context.Context, p peer.ID) (time.Duration, HealthAnswer, error) {
+	ctx, cancel := withDefaultTimeout(ctx, streamTimeout)
+	defer cancel()
+	start := time.Now()
+	s, err := n.host.NewStream(ctx, p, HealthProtocol(n.network))
+	if err != nil {
+		return 0, HealthAnswer{}, fmt.Errorf("health ping %s: open stream: %w", p, err)
+	}
+	var ans HealthAnswer
+	err = func() error {
+		if err := s.Scope().SetService(healthService); err != nil {
+			return err
+		}
+		dl, _ := ctx.Deadline()
+		if err := s.SetDeadline(dl); err != nil {
+			return err
+		}
+		if err := writeJSONFrame(s, healthRequest{}, maxRequestFrame); err != nil {
+			return err
+		}
+		if err := s.CloseWrite(); err != nil {
+			return err
+		}
+		return readJSONFrame(s, &ans, maxHealthFrame)
+	}()
+	finish(s, err)
+	if err != nil {
+		return 0, HealthAnswer{}, fmt.Errorf("health ping %s: %w", p, err)
+	}
+	return time.Since(start), ans, nil
+}
+
+func (n *Node) handleNodeData(s network.Stream) {
+	var err error
+	from := s.Conn().RemotePeer()
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("panic: %v", r)
+			n.log.WithField("peer", from.String()).Errorf("nodedata handler: %v", err)
+		}
+		finish(s, err)
+	}()
+	if err = s.Scope().SetService(nodedataService); err != nil {
+		return
+	}
+	if err = s.SetDeadline(time.Now().Add(syncTimeout)); err != nil {
+		return
+	}
+	var req nodedataRequest
+	if err = readJSONFrame(s, &req, maxRequestFrame); err != nil {
+		n.log.WithField("peer", from.String()).Debugf("nodedata: bad request: %v", err)
+		return
+	}
+	if err = writeFrame(s, n.current().Envelope); err != nil || !req.All {
+		return
+	}
+	sent := 1
+	for _, p := range n.table.Peers() {
+		if sent >= maxSyncRecords {
+			break
+		}
+		if p.Data.PeerID == from {
+			continue // it knows itself best
+		}
+		if err = writeFrame(s, p.Envelope); err != nil {
+			return
+		}
+		sent++
+	}
+}
+
+// fetchNodeData asks p for its own record (and, with all, every record it
+// holds) and offers each one to the peer table. It returns the number of
+// records that changed the table.
+func (n *Node) fetchNodeData(ctx context.Context, p peer.ID, all bool) (int, error) {
+	ctx, cancel := withDefaultTimeout(ctx, syncTimeout)
+	defer cancel()
+	s, err := n.host.NewStream(ctx, p, NodeDataProtocol(n.network))
+	if err != nil {
+		return 0, fmt.Errorf("nodedata from %s: open stream: %w", p, err)
+	}
+	changed := 0
+	err = func() error {
+		if err := s.Scope().SetService(nodedataService); err != nil {
+			return err
+		}
+		dl, _ := ctx.Deadline()
+		if err := s.SetDeadline(dl); err != nil {
+			return err
+		}
+		if err := writeJSONFrame(s, nodedataRequest{All: all}, maxRequestFrame); err != nil {
+			return err
+		}
+		if err := s.CloseWrite(); err != nil {
+			return err
+		}
+		for i := 0; ; i++ {
+			b, err := readFrame(s, MaxRecordSize)
+			if errors.Is(err, io.EOF) && i > 0 {
+				return nil
+			}
+			if errors.Is(err, ErrFrameTooLarge) {
+				n.table.Reject(RejectOversized, p, err)
+			}
+			if err != nil {
+				return err
+			}
+			if i >= maxSyncRecords {
+				return fmt.Errorf("more than %d records", maxSyncRecords)
+			}
+			if ok, _ := n.accept(b, p, SourceSync); ok {
+				changed++
+			}
+		}
+	}()
+	finish(s, err)
+	if err != nil {
+		return changed, fmt.Errorf("nodedata from %s: %w", p, err)
+	}
+	return changed, nil
+}
+
+// withDefaultTimeout bounds ctx by d unless it already has a deadline.
+func withDefaultTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, d)
+}

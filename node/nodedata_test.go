@@ -1,0 +1,193 @@
+package node
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/record"
+)
+
+const testNetwork = "testnet"
+
+func newKey(t testing.TB) (crypto.PrivKey, peer.ID) {
+	t.Helper()
+	key, _, err := crypto.GenerateEd25519Key(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := peer.IDFromPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return key, id
+}
+
+func sampleNodeData(id peer.ID, seq uint64) NodeData {
+	head := uint64(42)
+	return NodeData{
+		PeerID:    id,
+		Addrs:     []string{"/ip4/127.0.0.1/udp/4001/quic-v1"},
+		Version:   "test",
+		Network:   testNetwork,
+		WorkTypes: []WorkType{{Name: "echo"}, {Name: "blocks", Head: &head}},
+		Labels:    []string{"zone-a"},
+		Capacity:  Capacity{MaxConcurrent: 4, QueueSize: 100},
+		StartTime: time.Unix(1700000000, 0).UTC(),
+		Sequence:  seq,
+	}
+}
+
+// signRaw seals any record type with key, bypassing SignNodeData's own
+// checks, to build hostile envelopes.
+func signRaw(t testing.TB, rec record.Record, key crypto.PrivKey) []byte {
+	t.Helper()
+	env, err := record.Seal(rec, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := env.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// rawPayload is a record with the NodeData domain and codec but any payload.
+type rawPayload struct{ payload []byte }
+
+func (*rawPayload) Domain() string                   { return RecordDomain }
+func (*rawPayload) Codec() []byte                    { return RecordCodec }
+func (r *rawPayload) MarshalRecord() ([]byte, error) { return r.payload, nil }
+func (r *rawPayload) UnmarshalRecord(b []byte) error { r.payload = b; return nil }
+
+// otherCodec is a well-signed record of another type.
+type otherCodec struct{ rawPayload }
+
+func (*otherCodec) Codec() []byte { return []byte("/not/nodedata") }
+
+func TestSignAndOpenNodeData(t *testing.T) {
+	key, id := newKey(t)
+	nd := sampleNodeData(id, 7)
+	env, err := SignNodeData(nd, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sd, err := OpenNodeData(env, testNetwork)
+	if err != nil {
+		t.Fatalf("open a good record: %v", err)
+	}
+	if sd.Data.PeerID != id || sd.Data.Sequence != 7 || !bytes.Equal(sd.Envelope, env) {
+		t.Fatalf("opened %+v", sd.Data)
+	}
+	if h, ok := sd.Data.Head("blocks"); !ok || h != 42 {
+		t.Errorf("head of blocks = %d, %v; want 42, true", h, ok)
+	}
+	if _, ok := sd.Data.Head("echo"); ok {
+		t.Error("echo has no head but one was reported")
+	}
+}
+
+func TestSignNodeDataRefusesForeignPeer(t *testing.T) {
+	key, _ := newKey(t)
+	_, other := newKey(t)
+	if _, err := SignNodeData(sampleNodeData(other, 1), key); err == nil {
+		t.Fatal("signed a record for another peer")
+	}
+}
+
+// TestOpenNodeDataRejects checks that every kind of bad record is refused
+// with its own reason. Each case fails if its check is removed.
+func TestOpenNodeDataRejects(t *testing.T) {
+	key, id := newKey(t)
+	otherKey, otherID := newKey(t)
+	good := sampleNodeData(id, 5)
+	goodJSON, _ := json.Marshal(good)
+
+	tampered := func() []byte {
+		env, err := SignNodeData(good, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Flip one byte of the payload ("test" version -> "tesT"): the
+		// envelope still decodes, the signature no longer matches.
+		i := bytes.Index(env, []byte(`"version":"test"`))
+		if i < 0 {
+			t.Fatal("payload not found in envelope")
+		}
+		out := bytes.Clone(env)
+		out[i+len(`"version":"tes`)] = 'T'
+		return out
+	}
+
+	withField := func(extra string) []byte {
+		p := bytes.TrimSuffix(goodJSON, []byte("}"))
+		return signRaw(t, &rawPayload{append(p, []byte(","+extra+"}")...)}, key)
+	}
+	mutate := func(f func(*NodeData)) []byte {
+		nd := sampleNodeData(id, 5)
+		f(&nd)
+		b, _ := json.Marshal(nd)
+		return signRaw(t, &rawPayload{b}, key)
+	}
+
+	cases := []struct {
+		name string
+		data []byte
+		want RejectReason
+	}{
+		{"forged signature", tampered(), RejectForged},
+		{"signed by another peer", signRaw(t, &rawPayload{goodJSON}, otherKey), RejectForged},
+		{"oversized", bytes.Repeat([]byte{0x0a}, MaxRecordSize+1), RejectOversized},
+		{"oversized but otherwise valid", mutate(func(nd *NodeData) { nd.Version = strings.Repeat("v", MaxRecordSize) }), RejectOversized},
+		{"not an envelope", []byte("hello, world"), RejectMalformed},
+		{"empty", nil, RejectMalformed},
+		{"other record type", signRaw(t, &otherCodec{rawPayload{goodJSON}}, key), RejectMalformed},
+		{"payload not JSON", signRaw(t, &rawPayload{[]byte("{not json")}, key), RejectMalformed},
+		{"unknown field", withField(`"admin":true`), RejectMalformed},
+		{"trailing data", signRaw(t, &rawPayload{append(bytes.Clone(goodJSON), []byte(" {}")...)}, key), RejectMalformed},
+		{"bad multiaddr", mutate(func(nd *NodeData) { nd.Addrs = []string{"/ip4/999.0.0.1/udp/1"} }), RejectMalformed},
+		{"sequence zero", mutate(func(nd *NodeData) { nd.Sequence = 0 }), RejectMalformed},
+		{"duplicate work type", mutate(func(nd *NodeData) { nd.WorkTypes = []WorkType{{Name: "echo"}, {Name: "echo"}} }), RejectMalformed},
+		{"negative load", mutate(func(nd *NodeData) { nd.Load.InFlight = -1 }), RejectMalformed},
+		{"wrong network", mutate(func(nd *NodeData) { nd.Network = "othernet" }), RejectWrongNetwork},
+		{"record claims another peer", mutate(func(nd *NodeData) { nd.PeerID = otherID }), RejectForged},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			sd, err := OpenNodeData(tc.data, testNetwork)
+			if err == nil {
+				t.Fatalf("accepted: %+v", sd.Data)
+			}
+			if !errors.Is(err, ErrRejected) {
+				t.Errorf("error %v does not wrap ErrRejected", err)
+			}
+			if got := ReasonOf(err); got != tc.want {
+				t.Errorf("reason %s, want %s (%v)", got, tc.want, err)
+			}
+		})
+	}
+}
+
+func TestRejectReasonNames(t *testing.T) {
+	seen := map[string]bool{}
+	for _, r := range RejectReasons() {
+		name := r.String()
+		if name == "" || strings.HasPrefix(name, "RejectReason(") {
+			t.Errorf("reason %d has no name", int(r))
+		}
+		if seen[name] {
+			t.Errorf("name %q used twice", name)
+		}
+		seen[name] = true
+	}
+	if len(seen) != 5 {
+		t.Errorf("%d reasons, want 5", len(seen))
+	}
+}

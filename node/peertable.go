@@ -1,0 +1,411 @@
+package node
+
+import (
+	"bytes"
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/sirupsen/logrus"
+)
+
+// Clock tells the time. The peer table judges freshness with it, so tests
+// can move time without sleeping.
+type Clock interface {
+	Now() time.Time
+}
+
+type realClock struct{}
+
+func (realClock) Now() time.Time { return time.Now() }
+
+// Source says how a record reached the peer table.
+type Source int
+
+// The ways a record reaches the peer table.
+const (
+	// SourceGossip: a gossipsub announcement from the node itself.
+	SourceGossip Source = iota + 1
+	// SourceDHT: a value record read from the DHT.
+	SourceDHT
+	// SourceSync: a record handed over by a peer on the nodedata protocol.
+	SourceSync
+)
+
+// String names the source.
+func (s Source) String() string {
+	switch s {
+	case SourceGossip:
+		return "gossip"
+	case SourceDHT:
+		return "dht"
+	case SourceSync:
+		return "sync"
+	}
+	return fmt.Sprintf("Source(%d)", int(s))
+}
+
+// PeerInfo is what the peer table knows of one peer. Values handed out are
+// copies of an immutable entry: callers must not modify the slices inside.
+type PeerInfo struct {
+	// Data is the newest verified record of the peer.
+	Data NodeData
+	// Envelope is the signed form of Data, which may be passed on.
+	Envelope []byte
+	// LastSeen is when the table last received a newer record of the peer.
+	LastSeen time.Time
+	// Source is how the newest record arrived.
+	Source Source
+	// Connected reports whether the host has a connection to the peer.
+	Connected bool
+	// Gossiped reports whether this record (this sequence) has been seen
+	// on gossip, i.e. has already been relayed through the mesh by this
+	// node. A record first learned by sync or from the DHT is still relayed
+	// once when its gossip copy arrives, so that learning it early never
+	// stops it from spreading.
+	Gossiped bool
+}
+
+// PeerTableConfig configures a peer table.
+type PeerTableConfig struct {
+	// Self is this node; its own records are never entered.
+	Self peer.ID
+	// Network is the network records must belong to.
+	Network string
+	// TTL is how long a record stays fresh without a newer one.
+	TTL time.Duration
+	// Clock tells the time; nil means the real clock.
+	Clock Clock
+	// Logger receives one debug line per rejected (reason, sender); nil
+	// means the standard logrus logger.
+	Logger *logrus.Logger
+}
+
+// tombstoneFactor sets how long the sequence of an expired peer is
+// remembered, in TTLs, so that a copy of its last record relayed by another
+// peer cannot bring it back.
+const tombstoneFactor = 10
+
+// maxLoggedRejects bounds the set of (reason, sender) pairs already logged.
+const maxLoggedRejects = 4096
+
+// tableState is an immutable view of the table; readers load it without
+// locking.
+type tableState struct {
+	byID map[peer.ID]*PeerInfo
+}
+
+type rejectKey struct {
+	reason RejectReason
+	from   peer.ID
+}
+
+type tombstone struct {
+	seq   uint64
+	until time.Time
+}
+
+// PeerTable holds the newest verified NodeData of every known peer, merged
+// from gossip, the DHT and peer sync. A newer sequence replaces an older one,
+// a record is only ever accepted from its own signer, and a peer whose record
+// has not been refreshed within the TTL is no longer fresh. Reads are a
+// single atomic load.
+type PeerTable struct {
+	self    peer.ID
+	network string
+	ttl     time.Duration
+	clock   Clock
+	log     *logrus.Logger
+
+	state   atomic.Pointer[tableState]
+	rejects [len(rejectNames)]atomic.Uint64
+
+	mu         sync.Mutex // serialises writers
+	connected  map[peer.ID]bool
+	tombstones map[peer.ID]tombstone
+	logged     map[rejectKey]bool
+	changed    chan struct{}
+}
+
+// NewPeerTable returns an empty peer table.
+func NewPeerTable(cfg PeerTableConfig) *PeerTable {
+	if cfg.Clock == nil {
+		cfg.Clock = realClock{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = logrus.StandardLogger()
+	}
+	t := &PeerTable{
+		self:       cfg.Self,
+		network:    cfg.Network,
+		ttl:        cfg.TTL,
+		clock:      cfg.Clock,
+		log:        cfg.Logger,
+		connected:  make(map[peer.ID]bool),
+		tombstones: make(map[peer.ID]tombstone),
+		logged:     make(map[rejectKey]bool),
+		changed:    make(chan struct{}),
+	}
+	t.state.Store(&tableState{byID: map[peer.ID]*PeerInfo{}})
+	return t
+}
+
+// Submit opens a signed record and offers it to the table. from is the peer
+// that delivered it (for logging; relaying is allowed because the record's
+// own signature is what counts). It reports whether the table changed; a
+// refused record is counted and its error returned.
+func (t *PeerTable) Submit(data []byte, from peer.ID, src Source) (bool, error) {
+	sd, err := OpenNodeData(data, t.network)
+	if err != nil {
+		t.Reject(ReasonOf(err), from, err)
+		return false, err
+	}
+	return t.Offer(sd, from, src)
+}
+
+// Offer enters a verified record when it is newer than the one held. An older
+// sequence is counted as a replay and refused; the same sequence again is a
+// harmless duplicate and only reports false.
+func (t *PeerTable) Offer(sd *SignedNodeData, from peer.ID, src Source) (bool, error) {
+	id := sd.Data.PeerID
+	if id == t.self {
+		return false, nil
+	}
+	if sd.Data.Network != t.network {
+		err := reject(RejectWrongNetwork, fmt.Errorf("network %q, want %q", sd.Data.Network, t.network))
+		t.Reject(RejectWrongNetwork, from, err)
+		return false, err
+	}
+	now := t.clock.Now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	cur := t.state.Load()
+	floor, have := uint64(0), false
+	if old, ok := cur.byID[id]; ok {
+		floor, have = old.Data.Sequence, true
+	} else if ts, ok := t.tombstones[id]; ok && now.Before(ts.until) {
+		floor, have = ts.seq, true
+	}
+	if have && sd.Data.Sequence <= floor {
+		if sd.Data.Sequence == floor {
+			if old, ok := cur.byID[id]; ok && src == SourceGossip && !old.Gossiped {
+				t.replaceLocked(cur, id, func(e *PeerInfo) { e.Gossiped = true })
+			}
+			return false, nil
+		}
+		err := reject(RejectReplay, fmt.Errorf("sequence %d of %s, already have %d", sd.Data.Sequence, id, floor))
+		t.rejectLocked(RejectReplay, from, err)
+		return false, err
+	}
+	delete(t.tombstones, id)
+	next := &tableState{byID: make(map[peer.ID]*PeerInfo, len(cur.byID)+1)}
+	for k, v := range cur.byID {
+		next.byID[k] = v
+	}
+	next.byID[id] = &PeerInfo{
+		Data:      sd.Data,
+		Envelope:  sd.Envelope,
+		LastSeen:  now,
+		Source:    src,
+		Connected: t.connected[id],
+		Gossiped:  src == SourceGossip,
+	}
+	t.publishLocked(next)
+	return true, nil
+}
+
+// Sequence returns the highest sequence the table holds, or still remembers
+// after expiry, for id. A record of id is only entered above it.
+func (t *PeerTable) Sequence(id peer.ID) (uint64, bool) {
+	if old, ok := t.state.Load().byID[id]; ok {
+		return old.Data.Sequence, true
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if ts, ok := t.tombstones[id]; ok && t.clock.Now().Before(ts.until) {
+		return ts.seq, true
+	}
+	return 0, false
+}
+
+// HoldsGossiped reports whether the table holds exactly this envelope for id
+// and has already seen it on gossip, so that another gossip copy can be
+// dropped without checking its signature again.
+func (t *PeerTable) HoldsGossiped(id peer.ID, envelope []byte) bool {
+	old, ok := t.state.Load().byID[id]
+	return ok && old.Gossiped && bytes.Equal(old.Envelope, envelope)
+}
+
+// Reject counts a refused record and logs it at debug, once per reason and
+// sender.
+func (t *PeerTable) Reject(reason RejectReason, from peer.ID, err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.rejectLocked(reason, from, err)
+}
+
+func (t *PeerTable) rejectLocked(reason RejectReason, from peer.ID, err error) {
+	if reason <= 0 || int(reason) >= len(t.rejects) {
+		reason = RejectMalformed
+	}
+	t.rejects[reason].Add(1)
+	k := rejectKey{reason, from}
+	if t.logged[k] {
+		return
+	}
+	if len(t.logged) >= maxLoggedRejects {
+		clear(t.logged)
+	}
+	t.logged[k] = true
+	t.log.WithFields(logrus.Fields{"reason": reason.String(), "from": from.String()}).
+		Debugf("nodedata rejected: %v (further rejections for this reason from this peer are only counted)", err)
+}
+
+// Rejections returns how many records were refused, by reason.
+func (t *PeerTable) Rejections() map[RejectReason]uint64 {
+	out := make(map[RejectReason]uint64, len(t.rejects))
+	for _, r := range RejectReasons() {
+		out[r] = t.rejects[r].Load()
+	}
+	return out
+}
+
+// SetConnected records whether the host is connected to id.
+func (t *PeerTable) SetConnected(id peer.ID, connected bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if connected {
+		t.connected[id] = true
+	} else {
+		delete(t.connected, id)
+	}
+	cur := t.state.Load()
+	if old, ok := cur.byID[id]; ok && old.Connected != connected {
+		t.replaceLocked(cur, id, func(e *PeerInfo) { e.Connected = connected })
+	}
+}
+
+// replaceLocked publishes a copy of cur in which the entry of id (which must
+// exist) is changed by edit.
+func (t *PeerTable) replaceLocked(cur *tableState, id peer.ID, edit func(*PeerInfo)) {
+	next := &tableState{byID: make(map[peer.ID]*PeerInfo, len(cur.byID))}
+	for k, v := range cur.byID {
+		next.byID[k] = v
+	}
+	e := *cur.byID[id]
+	edit(&e)
+	next.byID[id] = &e
+	t.publishLocked(next)
+}
+
+// IsConnected reports whether the host is connected to id, record or not.
+func (t *PeerTable) IsConnected(id peer.ID) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.connected[id]
+}
+
+// fresh reports whether e is within its TTL at now.
+func (t *PeerTable) fresh(e *PeerInfo, now time.Time) bool {
+	return now.Sub(e.LastSeen) < t.ttl
+}
+
+// Get returns the fresh record of id.
+func (t *PeerTable) Get(id peer.ID) (PeerInfo, bool) {
+	e, ok := t.state.Load().byID[id]
+	if !ok || !t.fresh(e, t.clock.Now()) {
+		return PeerInfo{}, false
+	}
+	return *e, true
+}
+
+// Peers returns every fresh peer, ordered by peer ID.
+func (t *PeerTable) Peers() []PeerInfo {
+	return t.filter(func(*PeerInfo) bool { return true })
+}
+
+// Eligible returns the fresh peers that serve workType and carry every one
+// of labels (none means any), ordered by peer ID. Self is never among them.
+func (t *PeerTable) Eligible(workType string, labels []string) []PeerInfo {
+	return t.filter(func(e *PeerInfo) bool {
+		return e.Data.Serves(workType) && e.Data.HasLabels(labels)
+	})
+}
+
+func (t *PeerTable) filter(keep func(*PeerInfo) bool) []PeerInfo {
+	st := t.state.Load()
+	now := t.clock.Now()
+	out := make([]PeerInfo, 0, len(st.byID))
+	for _, e := range st.byID {
+		if t.fresh(e, now) && keep(e) {
+			out = append(out, *e)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Data.PeerID < out[j].Data.PeerID })
+	return out
+}
+
+// Len returns the number of fresh peers.
+func (t *PeerTable) Len() int {
+	st := t.state.Load()
+	now := t.clock.Now()
+	n := 0
+	for _, e := range st.byID {
+		if t.fresh(e, now) {
+			n++
+		}
+	}
+	return n
+}
+
+// Expire removes the peers whose record is past its TTL and returns how many
+// it removed. Reads already leave stale peers out; Expire frees them and
+// remembers their last sequence so a relayed copy cannot revive them.
+func (t *PeerTable) Expire() int {
+	now := t.clock.Now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for id, ts := range t.tombstones {
+		if !now.Before(ts.until) {
+			delete(t.tombstones, id)
+		}
+	}
+	cur := t.state.Load()
+	var gone []peer.ID
+	for id, e := range cur.byID {
+		if !t.fresh(e, now) {
+			gone = append(gone, id)
+		}
+	}
+	if len(gone) == 0 {
+		return 0
+	}
+	next := &tableState{byID: make(map[peer.ID]*PeerInfo, len(cur.byID))}
+	for k, v := range cur.byID {
+		next.byID[k] = v
+	}
+	for _, id := range gone {
+		t.tombstones[id] = tombstone{seq: next.byID[id].Data.Sequence, until: now.Add(tombstoneFactor * t.ttl)}
+		delete(next.byID, id)
+		t.log.WithField("peer", id.String()).Debug("peer expired: no newer nodedata within the record TTL")
+	}
+	t.publishLocked(next)
+	return len(gone)
+}
+
+// Changed returns a channel that is closed at the next change of the table
+// (a record entered or expired, a connection state changed).
+func (t *PeerTable) Changed() <-chan struct{} {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.changed
+}
+
+func (t *PeerTable) publishLocked(next *tableState) {
+	t.state.Store(next)
+	close(t.changed)
+	t.changed = make(chan struct{})
+}

@@ -1,0 +1,328 @@
+package pubsub
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	lpubsub "github.com/libp2p/go-libp2p-pubsub"
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/protocol"
+	"github.com/sirupsen/logrus"
+)
+
+// TopicName returns the gossip topic that carries NodeData in a network.
+func TopicName(network string) string { return "workmesh/" + network + "/nodedata/1" }
+
+// ErrIgnore, returned (or wrapped) by a Verifier, drops a message that is
+// valid but not worth passing on (an older copy of a record already held),
+// without penalising the peer that relayed it. Any other error rejects the
+// message and counts against the relaying peer in gossipsub's scoring.
+var ErrIgnore = errors.New("announcement ignored")
+
+// Verifier checks one announcement before it is delivered or relayed.
+// author is the peer that published the message (gossipsub's own message
+// signature, which is required and checked first, proves it). It returns the
+// decoded value that the Handler will receive. It is the earliest point at
+// which an announcement is known good, so a caller that only needs the value
+// may act on it here and pass a nil Handler.
+type Verifier func(author peer.ID, data []byte) (any, error)
+
+// Handler receives each verified announcement from another peer, with the
+// value its Verifier returned, after gossipsub's own bookkeeping.
+type Handler func(author peer.ID, value any)
+
+// Option configures an Announcer.
+type Option func(*options) error
+
+type options struct {
+	log        *logrus.Logger
+	onPeerJoin func(peer.ID)
+	gossipOpts []lpubsub.Option
+}
+
+// WithLogger sets the logger; the default is the standard logrus logger.
+func WithLogger(log *logrus.Logger) Option {
+	return func(o *options) error {
+		if log == nil {
+			return errors.New("pubsub: nil logger")
+		}
+		o.log = log
+		return nil
+	}
+}
+
+// WithPeerJoin sets a function called (from one goroutine, in order) each
+// time a peer has joined the topic and this node can send to it, so the
+// caller can greet newcomers. Both conditions matter: gossipsub may learn of
+// a peer's subscription before its own stream to that peer is open, and a
+// message published in between is silently not sent to that peer.
+func WithPeerJoin(f func(peer.ID)) Option {
+	return func(o *options) error {
+		o.onPeerJoin = f
+		return nil
+	}
+}
+
+// WithGossipSubOptions passes options through to gossipsub (for example
+// faster heartbeats in tests).
+func WithGossipSubOptions(opts ...lpubsub.Option) Option {
+	return func(o *options) error {
+		o.gossipOpts = append(o.gossipOpts, opts...)
+		return nil
+	}
+}
+
+// Announcer publishes this node's announcements on the network's topic and
+// hands verified announcements from other peers to a Handler. Messages are
+// verified before they are delivered or relayed.
+type Announcer struct {
+	self  peer.ID
+	log   *logrus.Logger
+	ps    *lpubsub.PubSub
+	topic *lpubsub.Topic
+	sub   *lpubsub.Subscription
+	evh   *lpubsub.TopicEventHandler
+
+	onJoin func(peer.ID)
+
+	mu      sync.Mutex
+	peers   map[peer.ID]peerState
+	ready   []peer.ID     // peers that became ready, for joinLoop
+	readyCh chan struct{} // signals ready is not empty
+
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+}
+
+// peerState tracks the two conditions under which a peer can be greeted.
+type peerState struct {
+	joined   bool // subscribed to the topic
+	outbound bool // our stream to it is open
+	greeted  bool // onJoin was called since both became true
+}
+
+// New starts gossipsub on h, joins the topic of network, and delivers every
+// announcement that verify accepts to deliver (which may be nil). The
+// Announcer runs until Close or until ctx ends.
+func New(ctx context.Context, h host.Host, network string, verify Verifier, deliver Handler, opts ...Option) (*Announcer, error) {
+	if network == "" {
+		return nil, errors.New("pubsub: empty network")
+	}
+	if verify == nil {
+		return nil, errors.New("pubsub: a verifier is required")
+	}
+	o := options{log: logrus.StandardLogger()}
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			return nil, err
+		}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	a := &Announcer{
+		self:    h.ID(),
+		log:     o.log,
+		cancel:  cancel,
+		onJoin:  o.onPeerJoin,
+		peers:   make(map[peer.ID]peerState),
+		readyCh: make(chan struct{}, 1),
+	}
+	fail := func(err error) (*Announcer, error) {
+		a.close()
+		return nil, err
+	}
+
+	gopts := append([]lpubsub.Option{
+		// Every message must carry its author's signature: the Verifier
+		// relies on the author being proven to tie it to the record's
+		// own signer.
+		lpubsub.WithMessageSignaturePolicy(lpubsub.StrictSign),
+		// A node's own announcement goes to every topic peer it is
+		// connected to, not only to its mesh: a node that just connected
+		// has no mesh until the next heartbeat (up to a second), and
+		// gossipsub no longer floods own messages by default.
+		lpubsub.WithFloodPublish(true),
+		lpubsub.WithRawTracer(streamTracer{a}),
+	}, o.gossipOpts...)
+	ps, err := lpubsub.NewGossipSub(ctx, h, gopts...)
+	if err != nil {
+		return fail(fmt.Errorf("pubsub: start gossipsub: %w", err))
+	}
+	a.ps = ps
+	name := TopicName(network)
+	validate := func(_ context.Context, _ peer.ID, msg *lpubsub.Message) lpubsub.ValidationResult {
+		v, err := verify(msg.GetFrom(), msg.Data)
+		switch {
+		case err == nil:
+			msg.ValidatorData = v
+			return lpubsub.ValidationAccept
+		case errors.Is(err, ErrIgnore):
+			return lpubsub.ValidationIgnore
+		default:
+			return lpubsub.ValidationReject
+		}
+	}
+	// Inline: verification is a size check and two signature checks, cheaper
+	// than a goroutine hand-off on the path every announcement takes.
+	if err := ps.RegisterTopicValidator(name, lpubsub.ValidatorEx(validate), lpubsub.WithValidatorInline(true)); err != nil {
+		return fail(fmt.Errorf("pubsub: validator for %s: %w", name, err))
+	}
+	if a.topic, err = ps.Join(name); err != nil {
+		return fail(fmt.Errorf("pubsub: join %s: %w", name, err))
+	}
+	if a.evh, err = a.topic.EventHandler(); err != nil {
+		return fail(fmt.Errorf("pubsub: events of %s: %w", name, err))
+	}
+	if a.sub, err = a.topic.Subscribe(); err != nil {
+		return fail(fmt.Errorf("pubsub: subscribe %s: %w", name, err))
+	}
+
+	a.wg.Add(3)
+	go a.deliverLoop(ctx, deliver)
+	go a.eventLoop(ctx)
+	go a.joinLoop(ctx)
+	return a, nil
+}
+
+func (a *Announcer) deliverLoop(ctx context.Context, deliver Handler) {
+	defer a.wg.Done()
+	for {
+		msg, err := a.sub.Next(ctx)
+		if err != nil {
+			return // cancelled: Close or the parent context
+		}
+		if msg.ReceivedFrom == a.self || deliver == nil {
+			continue // our own announcement, echoed back
+		}
+		deliver(msg.GetFrom(), msg.ValidatorData)
+	}
+}
+
+func (a *Announcer) eventLoop(ctx context.Context) {
+	defer a.wg.Done()
+	for {
+		ev, err := a.evh.NextPeerEvent(ctx)
+		if err != nil {
+			return
+		}
+		a.update(ev.Peer, func(st *peerState) { st.joined = ev.Type == lpubsub.PeerJoin })
+	}
+}
+
+// update changes the state of p and queues p for the join function when it
+// just became both subscribed and reachable. It never blocks: the stream
+// half is called from gossipsub's event loop.
+func (a *Announcer) update(p peer.ID, change func(*peerState)) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	st := a.peers[p]
+	change(&st)
+	switch {
+	case st.joined && st.outbound && !st.greeted:
+		st.greeted = true
+		a.ready = append(a.ready, p)
+		select {
+		case a.readyCh <- struct{}{}:
+		default:
+		}
+	case !st.joined && !st.outbound:
+		delete(a.peers, p)
+		return
+	case !st.joined || !st.outbound:
+		st.greeted = false
+	}
+	a.peers[p] = st
+}
+
+func (a *Announcer) joinLoop(ctx context.Context) {
+	defer a.wg.Done()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-a.readyCh:
+		}
+		a.mu.Lock()
+		ready := a.ready
+		a.ready = nil
+		a.mu.Unlock()
+		for _, p := range ready {
+			if a.onJoin != nil && ctx.Err() == nil {
+				a.onJoin(p)
+			}
+		}
+	}
+}
+
+// streamTracer tells the Announcer when gossipsub's outbound stream to a
+// peer opens and closes. Only those two events matter; the rest are no-ops.
+type streamTracer struct{ a *Announcer }
+
+func (t streamTracer) OnNewOutboundStream(p peer.ID, _ protocol.ID) {
+	t.a.update(p, func(st *peerState) { st.outbound = true })
+}
+func (t streamTracer) OnClosedOutboundStream(p peer.ID) {
+	t.a.update(p, func(st *peerState) { st.outbound = false })
+}
+func (streamTracer) Join(string)                                           {}
+func (streamTracer) Leave(string)                                          {}
+func (streamTracer) Graft(peer.ID, string)                                 {}
+func (streamTracer) Prune(peer.ID, string)                                 {}
+func (streamTracer) ValidateMessage(*lpubsub.Message)                      {}
+func (streamTracer) DeliverMessage(*lpubsub.Message)                       {}
+func (streamTracer) RejectMessage(*lpubsub.Message, string)                {}
+func (streamTracer) DuplicateMessage(*lpubsub.Message)                     {}
+func (streamTracer) ThrottlePeer(peer.ID)                                  {}
+func (streamTracer) RecvRPC(*lpubsub.RPC)                                  {}
+func (streamTracer) SendRPC(*lpubsub.RPC, peer.ID)                         {}
+func (streamTracer) SendRPCCompleted(*lpubsub.RPC, peer.ID, time.Duration) {}
+func (streamTracer) DropRPC(*lpubsub.RPC, peer.ID)                         {}
+func (streamTracer) UndeliverableMessage(*lpubsub.Message)                 {}
+
+// Publish sends one announcement to the topic. It goes to every topic peer
+// this node is connected to (gossipsub's flood publishing of own messages)
+// and from them through the mesh.
+func (a *Announcer) Publish(ctx context.Context, data []byte) error {
+	if err := a.topic.Publish(ctx, data); err != nil {
+		return fmt.Errorf("pubsub: publish on %s: %w", a.topic.String(), err)
+	}
+	return nil
+}
+
+// Peers returns the peers known to be subscribed to the topic.
+func (a *Announcer) Peers() []peer.ID { return a.topic.ListPeers() }
+
+// PubSub returns the underlying gossipsub instance, for benchmarks that
+// compare with raw gossip on the same hosts.
+func (a *Announcer) PubSub() *lpubsub.PubSub { return a.ps }
+
+// Close stops delivery and leaves the topic. It waits for the Announcer's
+// goroutines; the Handler and the join function are not called after it
+// returns.
+func (a *Announcer) Close() error {
+	a.close()
+	return nil
+}
+
+func (a *Announcer) close() {
+	a.closeOnce.Do(func() {
+		if a.sub != nil {
+			a.sub.Cancel()
+		}
+		if a.evh != nil {
+			a.evh.Cancel()
+		}
+		a.cancel()
+		a.wg.Wait()
+		if a.topic != nil {
+			// Close fails only while subscriptions or handlers are
+			// active, and they were cancelled above; after ctx ends it
+			// may report the pubsub as gone, which is fine.
+			_ = a.topic.Close()
+		}
+	})
+}

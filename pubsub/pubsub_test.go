@@ -1,0 +1,184 @@
+package pubsub
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/libp2p/go-libp2p"
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/sirupsen/logrus"
+)
+
+func newHost(t testing.TB) host.Host {
+	t.Helper()
+	h, err := libp2p.New(libp2p.ListenAddrStrings("/ip4/127.0.0.1/udp/0/quic-v1"), libp2p.DisableRelay())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close() })
+	return h
+}
+
+func quiet() *logrus.Logger {
+	l := logrus.New()
+	l.SetOutput(io.Discard)
+	return l
+}
+
+type delivery struct {
+	author peer.ID
+	value  any
+}
+
+func acceptAll(_ peer.ID, data []byte) (any, error) { return string(data), nil }
+
+// judge accepts "good..." messages, ignores "old..." and rejects the rest.
+func judge(_ peer.ID, data []byte) (any, error) {
+	s := string(data)
+	switch {
+	case strings.HasPrefix(s, "good"):
+		return s, nil
+	case strings.HasPrefix(s, "old"):
+		return nil, ErrIgnore
+	}
+	return nil, errors.New("bad announcement")
+}
+
+func TestTopicName(t *testing.T) {
+	if got := TopicName("prod"); got != "workmesh/prod/nodedata/1" {
+		t.Errorf("TopicName = %q", got)
+	}
+}
+
+func TestNewChecksArguments(t *testing.T) {
+	h := newHost(t)
+	if _, err := New(context.Background(), h, "", acceptAll, nil); err == nil {
+		t.Error("empty network accepted")
+	}
+	if _, err := New(context.Background(), h, "n", nil, nil); err == nil {
+		t.Error("nil verifier accepted")
+	}
+	if _, err := New(context.Background(), h, "n", acceptAll, nil, WithLogger(nil)); err == nil {
+		t.Error("nil logger accepted")
+	}
+}
+
+// TestOnlyVerifiedAnnouncementsAreDelivered publishes a rejected, an ignored
+// and an accepted message; only the accepted one reaches the handler, with
+// its author.
+func TestOnlyVerifiedAnnouncementsAreDelivered(t *testing.T) {
+	ctx := context.Background()
+	ha, hb := newHost(t), newHost(t)
+	joined := make(chan peer.ID, 1)
+	a, err := New(ctx, ha, "test", acceptAll, nil, WithLogger(quiet()),
+		WithPeerJoin(func(p peer.ID) { joined <- p }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	got := make(chan delivery, 10)
+	b, err := New(ctx, hb, "test", judge, func(author peer.ID, v any) { got <- delivery{author, v} }, WithLogger(quiet()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+
+	if err := hb.Connect(ctx, peer.AddrInfo{ID: ha.ID(), Addrs: ha.Addrs()}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case p := <-joined:
+		if p != hb.ID() {
+			t.Fatalf("join of %s, want %s", p, hb.ID())
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no peer join")
+	}
+	for _, msg := range []string{"forged", "old copy", "good one"} {
+		if err := a.Publish(ctx, []byte(msg)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case d := <-got:
+		if d.value != "good one" || d.author != ha.ID() {
+			t.Errorf("delivered %q from %s, want \"good one\" from %s", d.value, d.author, ha.ID())
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("nothing delivered")
+	}
+	select {
+	case d := <-got:
+		t.Errorf("also delivered %q", d.value)
+	case <-time.After(50 * time.Millisecond):
+	}
+	if n := len(b.Peers()); n != 1 {
+		t.Errorf("B sees %d topic peers, want 1", n)
+	}
+}
+
+// TestGreetingOnJoinArrives publishes from inside the join function. The
+// join function runs only once the peer is subscribed and our stream to it
+// is open; a greeting sent on the subscription alone can be dropped by
+// gossipsub, so this runs several fresh pairs.
+func TestGreetingOnJoinArrives(t *testing.T) {
+	ctx := context.Background()
+	for i := 0; i < 20; i++ {
+		ha, hb := newHost(t), newHost(t)
+		var a *Announcer
+		var once sync.Once
+		ready := make(chan struct{})
+		var err error
+		a, err = New(ctx, ha, "test", acceptAll, nil, WithLogger(quiet()), WithPeerJoin(func(peer.ID) {
+			<-ready
+			once.Do(func() {
+				if err := a.Publish(ctx, []byte("good hello")); err != nil {
+					t.Error(err)
+				}
+			})
+		}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		close(ready)
+		got := make(chan any, 1)
+		b, err := New(ctx, hb, "test", judge, func(_ peer.ID, v any) { got <- v }, WithLogger(quiet()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ha.Connect(ctx, peer.AddrInfo{ID: hb.ID(), Addrs: hb.Addrs()}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case v := <-got:
+			if v != "good hello" {
+				t.Errorf("pair %d: got %q", i, v)
+			}
+		case <-time.After(3 * time.Second):
+			t.Fatalf("pair %d: the greeting published on join never arrived", i)
+		}
+		a.Close()
+		b.Close()
+	}
+}
+
+func TestCloseStopsDelivery(t *testing.T) {
+	h := newHost(t)
+	a, err := New(context.Background(), h, "test", acceptAll, func(peer.ID, any) {}, WithLogger(quiet()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { a.Close(); a.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close hangs")
+	}
+}

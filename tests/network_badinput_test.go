@@ -1,0 +1,178 @@
+package tests
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/libp2p/go-libp2p"
+	lpubsub "github.com/libp2p/go-libp2p-pubsub"
+	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/record"
+
+	"github.com/workmesh/workmesh/config"
+	"github.com/workmesh/workmesh/node"
+	"github.com/workmesh/workmesh/pubsub"
+)
+
+// TestNetworkGossipRejectsBadRecords has a raw gossipsub host, with no
+// validator of its own, publish forged, replayed, oversized, malformed and
+// foreign-network records on the NodeData topic. The honest node counts
+// each under its reason, and its record of the victim stays the victim's
+// own.
+func TestNetworkGossipRejectsBadRecords(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	network := config.Defaults().Node.Network
+	observer := startNode(t, testNodeConfig(t, nodeSpec{workTypes: []string{"echo"}}, nil))
+	victim := startNode(t, testNodeConfig(t, nodeSpec{workTypes: []string{"echo"}}, addrStrings(observer)))
+	waitFor(t, 5*time.Second, "observer lists victim", func() error {
+		return knows(observer, victim, []string{"echo"}, nil)
+	}, observer.Peers())
+	good, _ := observer.Peers().Get(victim.ID())
+
+	// The attacker: a plain libp2p host with raw gossipsub on the topic.
+	key, _, err := crypto.GenerateEd25519Key(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := libp2p.New(libp2p.Identity(key), libp2p.ListenAddrStrings(loopbackQUIC))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	ps, err := lpubsub.NewGossipSub(ctx, h, lpubsub.WithFloodPublish(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	topic, err := ps.Join(pubsub.TopicName(network))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Subscribing is what announces the topic to peers.
+	sub, err := topic.Subscribe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Cancel()
+	if err := h.Connect(ctx, peer.AddrInfo{ID: observer.ID(), Addrs: observer.Host().Addrs()}); err != nil {
+		t.Fatal(err)
+	}
+	attacker := h.ID()
+	waitFor(t, 5*time.Second, "attacker and observer see each other on the topic", func() error {
+		if !contains(topic.ListPeers(), observer.ID()) || !contains(observer.Gossip().Peers(), attacker) {
+			return fmt.Errorf("attacker sees %v, observer sees %v, conns %v", topic.ListPeers(), observer.Gossip().Peers(), h.Network().Peers())
+		}
+		return nil
+	})
+
+	sign := func(nd node.NodeData) []byte {
+		b, err := node.SignNodeData(nd, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	own := func(seq uint64, net string) node.NodeData {
+		return node.NodeData{PeerID: attacker, Network: net, Version: "evil", Sequence: seq,
+			WorkTypes: []node.WorkType{{Name: "echo"}}, StartTime: time.Now()}
+	}
+	// A newer record "of the victim", signed by the attacker.
+	forgedData := good.Data
+	forgedData.Sequence++
+	forgedData.WorkTypes = []node.WorkType{{Name: "steal"}}
+	forged := signRaw(t, forgedData, key)
+
+	bad := []struct {
+		name string
+		data []byte
+		want node.RejectReason
+	}{
+		{"victim's record signed by the attacker", forged, node.RejectForged},
+		{"victim's genuine record republished by the attacker", good.Envelope, node.RejectForged},
+		{"oversized", bytes.Repeat([]byte{0x0a}, node.MaxRecordSize+1), node.RejectOversized},
+		{"malformed", []byte("definitely not an envelope"), node.RejectMalformed},
+		{"own record for another network", sign(own(uint64(time.Now().UnixNano()), "elsewhere")), node.RejectWrongNetwork},
+	}
+	// First a valid record of the attacker's own, then an older one: a
+	// replay the observer ignores without passing it on.
+	if err := topic.Publish(ctx, sign(own(uint64(time.Now().UnixNano()), network))); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "observer lists the attacker's own record", func() error {
+		if _, ok := observer.Peers().Get(attacker); !ok {
+			return fmt.Errorf("not yet")
+		}
+		return nil
+	}, observer.Peers())
+	bad = append(bad, struct {
+		name string
+		data []byte
+		want node.RejectReason
+	}{"replayed older record", sign(own(1, network)), node.RejectReplay})
+
+	before := observer.Peers().Rejections()
+	want := map[node.RejectReason]uint64{}
+	for _, b := range bad {
+		if err := topic.Publish(ctx, b.data); err != nil {
+			t.Fatalf("%s: publish: %v", b.name, err)
+		}
+		want[b.want]++
+	}
+	waitFor(t, 5*time.Second, "every bad record counted", func() error {
+		got := observer.Peers().Rejections()
+		for r, n := range want {
+			if got[r]-before[r] != n {
+				return fmt.Errorf("%s: %d counted, want %d (all: %v)", r, got[r]-before[r], n, got)
+			}
+		}
+		return nil
+	})
+	now, _ := observer.Peers().Get(victim.ID())
+	if now.Data.Sequence < good.Data.Sequence || now.Data.Serves("steal") {
+		t.Errorf("victim's record displaced: %+v", now.Data)
+	}
+	if p, _ := observer.Peers().Get(attacker); p.Data.Sequence == 1 {
+		t.Error("attacker's replayed older record displaced its newer one")
+	}
+}
+
+// rawRecord seals any payload as NodeData, so a test can sign a record for
+// a peer other than the key's own, as an attacker would.
+type rawRecord struct{ payload []byte }
+
+func (*rawRecord) Domain() string                   { return node.RecordDomain }
+func (*rawRecord) Codec() []byte                    { return node.RecordCodec }
+func (r *rawRecord) MarshalRecord() ([]byte, error) { return r.payload, nil }
+func (r *rawRecord) UnmarshalRecord(b []byte) error { r.payload = b; return nil }
+
+func signRaw(t testing.TB, nd node.NodeData, key crypto.PrivKey) []byte {
+	t.Helper()
+	payload, err := json.Marshal(nd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env, err := record.Seal(&rawRecord{payload}, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := env.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func contains(ids []peer.ID, id peer.ID) bool {
+	for _, x := range ids {
+		if x == id {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,241 @@
+package tests
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	lpubsub "github.com/libp2p/go-libp2p-pubsub"
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/workmesh/workmesh/node"
+)
+
+// rawTopic is a plain gossipsub topic on the same hosts, the baseline the
+// NodeData path is compared with.
+const rawTopic = "workmesh/bench/raw/1"
+
+// rawMember receives the raw topic on one node and reports arrival times.
+type rawMember struct {
+	topic *lpubsub.Topic
+	sub   *lpubsub.Subscription
+}
+
+func joinRaw(tb testing.TB, n *node.Node) *rawMember {
+	tb.Helper()
+	topic, err := n.Gossip().PubSub().Join(rawTopic)
+	if err != nil {
+		tb.Fatalf("join raw topic: %v", err)
+	}
+	sub, err := topic.Subscribe()
+	if err != nil {
+		tb.Fatalf("subscribe raw topic: %v", err)
+	}
+	tb.Cleanup(func() { sub.Cancel(); topic.Close() })
+	return &rawMember{topic: topic, sub: sub}
+}
+
+// awaitRaw waits until every member received a message with payload want and
+// returns the time the last one did.
+func awaitRaw(ctx context.Context, members []*rawMember, want string) (time.Time, error) {
+	var (
+		mu   sync.Mutex
+		last time.Time
+		wg   sync.WaitGroup
+		errs = make([]error, len(members))
+	)
+	for i, m := range members {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				msg, err := m.sub.Next(ctx)
+				if err != nil {
+					errs[i] = fmt.Errorf("member %d: %w", i, err)
+					return
+				}
+				if string(msg.Data) == want {
+					now := time.Now()
+					mu.Lock()
+					if now.After(last) {
+						last = now
+					}
+					mu.Unlock()
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return time.Time{}, err
+		}
+	}
+	return last, nil
+}
+
+// awaitKnown waits until every table holds id and returns the time the last
+// one did.
+func awaitKnown(ctx context.Context, tables []*node.PeerTable, id peer.ID) (time.Time, error) {
+	var (
+		mu   sync.Mutex
+		last time.Time
+		wg   sync.WaitGroup
+		errs = make([]error, len(tables))
+	)
+	for i, tb := range tables {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				ch := tb.Changed()
+				if _, ok := tb.Get(id); ok {
+					now := time.Now()
+					mu.Lock()
+					if now.After(last) {
+						last = now
+					}
+					mu.Unlock()
+					return
+				}
+				select {
+				case <-ch:
+				case <-ctx.Done():
+					errs[i] = fmt.Errorf("table %d: %w", i, ctx.Err())
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return time.Time{}, err
+		}
+	}
+	return last, nil
+}
+
+// BenchmarkNetworkJoinVsRawGossip measures, per iteration, how long a newly
+// started node takes to appear in the peer tables of 19 running nodes
+// (join-ms: from calling node.New, so including building the host and
+// dialing the bootstrap node, to the last of the 19 tables holding its
+// record), and how long a raw gossipsub message published by that node then
+// takes to reach the same 19 hosts (raw-ms). Both are medians over b.N
+// iterations, and join/raw is the median of the per-iteration ratios; ns/op
+// covers a whole iteration and is not the figure to read.
+// The goal is join/raw <= 3. Run with -benchtime 30x or so.
+func BenchmarkNetworkJoinVsRawGossip(b *testing.B) {
+	const others = 19
+	nodes := make([]*node.Node, others)
+	spec := nodeSpec{workTypes: []string{"echo"}}
+	nodes[0] = startNode(b, testNodeConfig(b, spec, nil))
+	boot := addrStrings(nodes[0])
+	for i := 1; i < others; i++ {
+		nodes[i] = startNode(b, testNodeConfig(b, spec, boot))
+	}
+	tables := make([]*node.PeerTable, others)
+	members := make([]*rawMember, others)
+	for i, n := range nodes {
+		tables[i] = n.Peers()
+		members[i] = joinRaw(b, n)
+	}
+	waitFor(b, 20*time.Second, "19 nodes list each other", func() error {
+		for i, n := range nodes {
+			if got := n.Peers().Len(); got != others-1 {
+				return fmt.Errorf("node %d lists %d peers", i, got)
+			}
+		}
+		return nil
+	}, tables...)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	// Meshes form at gossipsub heartbeats and every node refreshes its DHT
+	// routing table half a second after joining: the network has settled
+	// when three raw messages in a row reach everyone within 20ms.
+	for i, fast := 0, 0; fast < 3; i++ {
+		if i == 200 {
+			b.Logf("raw gossip did not settle below 20ms; measuring anyway")
+			break
+		}
+		from := i % others
+		want := fmt.Sprintf("warmup-%d", i)
+		start := time.Now()
+		if err := members[from].topic.Publish(ctx, []byte(want)); err != nil {
+			b.Fatal(err)
+		}
+		rest := slices.Delete(slices.Clone(members), from, from+1)
+		last, err := awaitRaw(ctx, rest, want)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if last.Sub(start) < 20*time.Millisecond {
+			fast++
+		} else {
+			fast = 0
+		}
+	}
+
+	var joins, raws []time.Duration
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		cfg := testNodeConfig(b, spec, boot)
+		start := time.Now()
+		n, err := node.New(ctx, cfg, node.WithLogger(testLogger()))
+		if err != nil {
+			b.Fatal(err)
+		}
+		last, err := awaitKnown(ctx, tables, n.ID())
+		if err != nil {
+			b.Fatal(err)
+		}
+		joins = append(joins, last.Sub(start))
+
+		// The raw message takes the same path: published by the new node,
+		// which is connected to the bootstrap node only, flooded to it and
+		// relayed through the mesh. The new node learns its peers' raw
+		// subscriptions when it connects, long before this point.
+		m := joinRaw(b, n)
+		if len(m.topic.ListPeers()) == 0 {
+			b.Fatal("new node sees no peer on the raw topic")
+		}
+		want := fmt.Sprintf("raw-%d", i)
+		pub := time.Now()
+		if err := m.topic.Publish(ctx, []byte(want)); err != nil {
+			b.Fatal(err)
+		}
+		lastRaw, err := awaitRaw(ctx, members, want)
+		if err != nil {
+			b.Fatal(err)
+		}
+		raws = append(raws, lastRaw.Sub(pub))
+		m.sub.Cancel()
+		n.Close()
+	}
+	b.StopTimer()
+	// Each iteration's ratio compares the two figures under the same load
+	// on the shared machine; join/raw is the median of those ratios.
+	ratios := make([]float64, len(joins))
+	for i := range joins {
+		ratios[i] = float64(joins[i]) / float64(raws[i])
+	}
+	join, raw, ratio := median(joins), median(raws), median(ratios)
+	b.ReportMetric(ms(join), "join-ms")
+	b.ReportMetric(ms(raw), "raw-ms")
+	b.ReportMetric(ratio, "join/raw")
+	b.Logf("n=%d: median join %s, median raw gossip %s, median ratio %.2f", len(joins), join, raw, ratio)
+}
+
+func median[T cmp.Ordered](v []T) T {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

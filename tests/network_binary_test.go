@@ -1,0 +1,203 @@
+package tests
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// buildBinary builds cmd/workmesh into a temporary directory.
+func buildBinary(t *testing.T) string {
+	t.Helper()
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("go tool not found; cannot build the binary")
+	}
+	bin := filepath.Join(t.TempDir(), "workmesh")
+	cmd := exec.Command(goTool, "build", "-o", bin, "github.com/workmesh/workmesh/cmd/workmesh")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// nodeProcess is a running `workmesh node start`.
+type nodeProcess struct {
+	cmd    *exec.Cmd
+	stderr *bytes.Buffer
+	peerID string
+	join   string // the bootstrap address from the "join with:" line
+	api    string
+	done   chan error
+}
+
+// startNodeProcess starts the binary and waits for its "ready" line,
+// collecting the peer ID, join line and API address it printed.
+func startNodeProcess(t *testing.T, bin string, args ...string) *nodeProcess {
+	t.Helper()
+	args = append([]string{"node", "start",
+		"--listen", loopbackQUIC, "--api", "127.0.0.1:0", "--data-dir", t.TempDir(), "--log-level", "debug"}, args...)
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), "HOME="+t.TempDir())
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &nodeProcess{cmd: cmd, stderr: &bytes.Buffer{}, done: make(chan error, 1)}
+	cmd.Stderr = p.stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+			<-p.done
+		}
+	})
+	lines := make(chan string)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+		p.done <- cmd.Wait()
+	}()
+	deadline := time.After(15 * time.Second)
+	for {
+		select {
+		case line, ok := <-lines:
+			if !ok {
+				t.Fatalf("node exited before ready; stderr:\n%s", p.stderr)
+			}
+			switch {
+			case strings.HasPrefix(line, "peer id: "):
+				p.peerID = strings.TrimPrefix(line, "peer id: ")
+			case strings.HasPrefix(line, "join with: "):
+				i := strings.Index(line, "--bootstrap ")
+				if i < 0 {
+					t.Fatalf("join line without --bootstrap: %q", line)
+				}
+				p.join = strings.TrimSpace(line[i+len("--bootstrap "):])
+			case strings.HasPrefix(line, "api: "):
+				p.api = strings.TrimPrefix(line, "api: ")
+			case line == "ready":
+				if p.peerID == "" || p.join == "" || p.api == "" {
+					t.Fatalf("ready before peer id, join line and api address (%+v)", p)
+				}
+				go func() {
+					for range lines {
+					}
+				}()
+				return p
+			}
+		case <-deadline:
+			t.Fatalf("node not ready within 15s; stderr:\n%s", p.stderr)
+		}
+	}
+}
+
+// peersOf runs `workmesh peers --output json` against a node's API.
+func peersOf(t *testing.T, bin, api string) ([]string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bin, "peers", "--api", api, "--output", "json").Output()
+	if err != nil {
+		return nil, fmt.Errorf("workmesh peers: %w", err)
+	}
+	var peers []struct {
+		ID        string   `json:"id"`
+		WorkTypes []string `json:"work_types"`
+	}
+	if err := json.Unmarshal(out, &peers); err != nil {
+		return nil, fmt.Errorf("decode %q: %w", out, err)
+	}
+	var ids []string
+	for _, p := range peers {
+		ids = append(ids, p.ID)
+	}
+	return ids, nil
+}
+
+// TestNetworkBinary builds the binary once and runs it as a user would.
+func TestNetworkBinary(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	bin := buildBinary(t)
+	t.Run("two nodes join and list each other", func(t *testing.T) { testBinaryTwoNodes(t, bin) })
+	t.Run("bad bootstrap address", func(t *testing.T) { testBinaryBadBootstrap(t, bin) })
+}
+
+// testBinaryTwoNodes starts a first node, a second one joined with the line
+// the first printed, checks `workmesh peers` on each shows the other, then
+// sends SIGTERM and expects a clean exit.
+func testBinaryTwoNodes(t *testing.T, bin string) {
+	first := startNodeProcess(t, bin, "--work-types", "echo")
+	second := startNodeProcess(t, bin, "--work-types", "sha256", "--labels", "zone-b", "--bootstrap", first.join)
+
+	deadline := time.Now().Add(10 * time.Second)
+	for _, pair := range []struct{ self, other *nodeProcess }{{first, second}, {second, first}} {
+		for {
+			ids, err := peersOf(t, bin, pair.self.api)
+			if err == nil && len(ids) == 1 && ids[0] == pair.other.peerID {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("node %s does not list %s: %v %v\nstderr:\n%s", pair.self.peerID, pair.other.peerID, ids, err, pair.self.stderr)
+			}
+			time.Sleep(50 * time.Millisecond) // polling an external process
+		}
+	}
+
+	for _, p := range []*nodeProcess{first, second} {
+		if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range []*nodeProcess{first, second} {
+		select {
+		case err := <-p.done:
+			if err != nil {
+				t.Errorf("node %s exited with %v after SIGTERM; stderr:\n%s", p.peerID, err, p.stderr)
+			}
+		case <-time.After(5 * time.Second):
+			t.Errorf("node %s still running 5s after SIGTERM", p.peerID)
+		}
+	}
+}
+
+// testBinaryBadBootstrap checks that a bootstrap address that does not
+// parse is refused with an error naming it and exit code 2.
+func testBinaryBadBootstrap(t *testing.T, bin string) {
+	for _, bad := range []string{
+		"/ip4/127.0.0.1/udp/4001/quic-v1", // no /p2p/<id>
+		"/ip4/300.0.0.1/udp/1/quic-v1/p2p/12D3KooWQCLYgTws4HRovXJ3H3YmiCseQNiGcBNeqdS1WC1xARKt", // bad IP
+		"/ip4/127.0.0.1/udp/1/quic-v1/p2p/not-a-peer-id",
+	} {
+		cmd := exec.Command(bin, "node", "start", "--listen", loopbackQUIC, "--api", "127.0.0.1:0",
+			"--data-dir", t.TempDir(), "--bootstrap", bad)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		cmd.Stdout = io.Discard
+		err := cmd.Run()
+		ee, ok := err.(*exec.ExitError)
+		if !ok || ee.ExitCode() != 2 {
+			t.Errorf("--bootstrap %s: %v, want exit code 2; stderr: %s", bad, err, stderr.String())
+			continue
+		}
+		if !strings.Contains(stderr.String(), bad) {
+			t.Errorf("--bootstrap %s: error does not name the address: %s", bad, stderr.String())
+		}
+	}
+}

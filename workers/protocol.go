@@ -1,0 +1,625 @@
+package workers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/protocol"
+	"github.com/sirupsen/logrus"
+)
+
+// The work protocol carries one request and its response per stream.
+//
+//	Client                                  Server
+//	open stream, write request frame  --->  read it (deadline: read timeout)
+//	keep the write side open                admit it into the local worker
+//	                                  <---  accept frame: only when asked for,
+//	                                        and only if the work is not done
+//	                                        within the grace period
+//	                                  <---  response frame, then Close
+//	read the response, Close
+//
+// The client keeps its write side open while it waits because that is how
+// the server notices a client that gives up: once the work outlasts the
+// grace period, the server keeps one read pending on the stream, and the
+// client's Reset (on cancellation) or a lost connection fails that read
+// and cancels the work's context. (After a FIN, a later reset is not
+// reported by QUIC, so a half-closed client could not be watched.) A client
+// that half-closes anyway is not treated as gone. Bytes after the request
+// are a protocol violation: the work is cancelled and the stream reset.
+//
+// The accept frame serves WorkerResponseTimeout: it lets the client bound
+// the time until a worker has taken the work separately from the time the
+// work takes. On the hot path it costs nothing: fast work is answered
+// within the grace period, and the response itself proves acceptance.
+// Neither the accept frame nor the watcher adds a round trip.
+
+// ProtocolID returns the work protocol's ID for a network:
+// /workmesh/<network>/work/1.0.0.
+func ProtocolID(network string) protocol.ID {
+	return protocol.ID("/workmesh/" + network + "/work/1.0.0")
+}
+
+func checkNetwork(network string) error {
+	if network == "" || strings.ContainsAny(network, "/ \t\r\n") {
+		return fmt.Errorf("network name %q: want a non-empty name without '/' or spaces", network)
+	}
+	return nil
+}
+
+// Defaults of the work protocol server.
+const (
+	// DefaultMaxWorkTime caps the time a server gives one request, whatever
+	// the request asks for.
+	DefaultMaxWorkTime = 2 * time.Minute
+	// DefaultRequestReadTimeout bounds the time to receive a whole request
+	// once a stream is open.
+	DefaultRequestReadTimeout = 10 * time.Second
+	// DefaultGracePeriod is how long the server waits for a result before
+	// it watches the client for cancellation and sends the accept frame the
+	// client asked for. Work done sooner needs neither.
+	DefaultGracePeriod = 2 * time.Millisecond
+	// DefaultClientTimeout bounds a client call whose context has no deadline.
+	DefaultClientTimeout = 30 * time.Second
+
+	// writeSlack is added to the work deadline for writing the response, so
+	// a response for work that hit its deadline can still be delivered.
+	writeSlack = 2 * time.Second
+)
+
+// ServedRequest describes one stream the server handled, for metrics and
+// logs (see WithObserver).
+type ServedRequest struct {
+	// Peer is the requesting peer.
+	Peer peer.ID
+	// ID and Type are the request's, when it could be read.
+	ID, Type string
+	// Outcome is the outcome sent back; zero when no response was sent.
+	Outcome Outcome
+	// Err says why no response was sent: a malformed or truncated request,
+	// a client that went away, a failed write. Nil when a response was sent.
+	Err error
+	// Duration is the time from the stream's arrival to its end.
+	Duration time.Duration
+}
+
+// ServerStats counts the streams a server handled.
+type ServerStats struct {
+	// ByOutcome counts responses sent, by outcome.
+	ByOutcome map[Outcome]uint64
+	// Malformed counts streams whose request could not be read or decoded.
+	Malformed uint64
+	// Dropped counts streams ended without a response for any other
+	// reason: the client went away or broke the protocol after its
+	// request, the resource manager refused the stream, the response could
+	// not be written.
+	Dropped uint64
+}
+
+type serverConfig struct {
+	maxPayload  int
+	maxWorkTime time.Duration
+	readTimeout time.Duration
+	grace       time.Duration
+	allow       func(peer.ID) bool
+	observe     func(ServedRequest)
+	log         logrus.FieldLogger
+}
+
+// ServerOption configures a Server.
+type ServerOption func(*serverConfig) error
+
+// WithMaxPayload sets the largest request payload and response output the
+// server handles (default DefaultMaxPayload). Larger requests are refused
+// before they are read.
+func WithMaxPayload(n int) ServerOption {
+	return func(c *serverConfig) error {
+		if n < 1 || n > maxMaxPayload {
+			return fmt.Errorf("max payload %d: want 1 to %d bytes", n, maxMaxPayload)
+		}
+		c.maxPayload = n
+		return nil
+	}
+}
+
+// WithMaxWorkTime caps the time given to one request, and is the time
+// given to a request that names none (default DefaultMaxWorkTime).
+func WithMaxWorkTime(d time.Duration) ServerOption {
+	return func(c *serverConfig) error {
+		if d <= 0 {
+			return fmt.Errorf("max work time %s: want a positive duration", d)
+		}
+		c.maxWorkTime = d
+		return nil
+	}
+}
+
+// WithRequestReadTimeout bounds the time to receive a request after the
+// stream opened (default DefaultRequestReadTimeout), so a peer that sends
+// half a message holds nothing for long.
+func WithRequestReadTimeout(d time.Duration) ServerOption {
+	return func(c *serverConfig) error {
+		if d <= 0 {
+			return fmt.Errorf("request read timeout %s: want a positive duration", d)
+		}
+		c.readTimeout = d
+		return nil
+	}
+}
+
+// WithGracePeriod sets how long the server waits for a result before it
+// starts watching the client for cancellation and sends the accept frame
+// the client asked for (default DefaultGracePeriod). The period used is
+// never more than a quarter of the client's accept timeout. Work finished
+// within it costs no extra goroutine and no extra frame; a client that
+// gives up is noticed at most this late. Zero watches and accepts at once.
+func WithGracePeriod(d time.Duration) ServerOption {
+	return func(c *serverConfig) error {
+		if d < 0 {
+			return fmt.Errorf("grace period %s: want zero or more", d)
+		}
+		c.grace = d
+		return nil
+	}
+}
+
+// WithAllow sets the access check: a request from a peer for which allow
+// returns false is answered Denied without running. Nil allows everyone.
+func WithAllow(allow func(peer.ID) bool) ServerOption {
+	return func(c *serverConfig) error { c.allow = allow; return nil }
+}
+
+// WithObserver sets a function called once for every stream the server
+// handled, after it ended. It runs on the stream's goroutine: keep it short.
+func WithObserver(observe func(ServedRequest)) ServerOption {
+	return func(c *serverConfig) error { c.observe = observe; return nil }
+}
+
+// WithServerLogger sets the logger (default logrus's standard logger).
+func WithServerLogger(log logrus.FieldLogger) ServerOption {
+	return func(c *serverConfig) error {
+		if log == nil {
+			return errors.New("nil logger")
+		}
+		c.log = log
+		return nil
+	}
+}
+
+// Server answers the work protocol on a host by running requests on a
+// local worker pool.
+type Server struct {
+	h    host.Host
+	pid  protocol.ID
+	pool *Pool
+	cfg  serverConfig
+
+	// ctx is the parent of every request's context; Close cancels it.
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	// mu orders handler starts (wg.Add) against Close (wg.Wait).
+	mu     sync.RWMutex
+	closed bool
+	wg     sync.WaitGroup
+
+	byOutcome [numOutcomes]atomic.Uint64
+	malformed atomic.Uint64
+	dropped   atomic.Uint64
+}
+
+// NewServer registers the work protocol of network on h, answering with
+// pool. Close unregisters it.
+func NewServer(h host.Host, network string, pool *Pool, opts ...ServerOption) (*Server, error) {
+	if h == nil || pool == nil {
+		return nil, errors.New("new work server: nil host or pool")
+	}
+	if err := checkNetwork(network); err != nil {
+		return nil, fmt.Errorf("new work server: %w", err)
+	}
+	cfg := serverConfig{
+		maxPayload:  DefaultMaxPayload,
+		maxWorkTime: DefaultMaxWorkTime,
+		readTimeout: DefaultRequestReadTimeout,
+		grace:       DefaultGracePeriod,
+		log:         logrus.StandardLogger(),
+	}
+	for _, o := range opts {
+		if err := o(&cfg); err != nil {
+			return nil, fmt.Errorf("new work server: %w", err)
+		}
+	}
+	ctx, cancel := context.WithCancelCause(context.Background())
+	s := &Server{h: h, pid: ProtocolID(network), pool: pool, cfg: cfg, ctx: ctx, cancel: cancel}
+	s.cfg.log = cfg.log.WithField("protocol", string(s.pid))
+	h.SetStreamHandler(s.pid, s.handle)
+	return s, nil
+}
+
+// Protocol returns the protocol ID the server answers.
+func (s *Server) Protocol() protocol.ID { return s.pid }
+
+// Stats returns the server's counters.
+func (s *Server) Stats() ServerStats {
+	st := ServerStats{ByOutcome: make(map[Outcome]uint64), Malformed: s.malformed.Load(), Dropped: s.dropped.Load()}
+	for o := Outcome(1); o < numOutcomes; o++ {
+		if n := s.byOutcome[o].Load(); n > 0 {
+			st.ByOutcome[o] = n
+		}
+	}
+	return st
+}
+
+// Close unregisters the protocol, cancels the work of requests being
+// served and waits for their streams to end (a handler that ignores its
+// context delays Close until it returns). It does not close the pool,
+// which the caller owns.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	already := s.closed
+	s.closed = true
+	s.mu.Unlock()
+	if !already {
+		s.h.RemoveStreamHandler(s.pid)
+		s.cancel(ErrServerClosed)
+	}
+	s.wg.Wait()
+	return nil
+}
+
+// handle serves one stream. Every path ends the stream: Close after a
+// response was written, Reset otherwise.
+func (s *Server) handle(str network.Stream) {
+	s.mu.RLock()
+	if s.closed {
+		s.mu.RUnlock()
+		_ = str.Reset()
+		return
+	}
+	s.wg.Add(1)
+	s.mu.RUnlock()
+	defer s.wg.Done()
+
+	sr := ServedRequest{Peer: str.Conn().RemotePeer()}
+	start := time.Now()
+	defer func() {
+		if v := recover(); v != nil {
+			_ = str.Reset()
+			sr.Outcome, sr.Err = 0, fmt.Errorf("work server panicked: %v", v)
+			s.cfg.log.WithField("peer", sr.Peer).Errorf("work server panicked: %v", v)
+		}
+		sr.Duration = time.Since(start)
+		if sr.Err != nil {
+			s.cfg.log.WithFields(logrus.Fields{"peer": sr.Peer, "request_id": sr.ID}).Debugf("work stream ended without a response: %v", sr.Err)
+		}
+		if s.cfg.observe != nil {
+			s.cfg.observe(sr)
+		}
+	}()
+	s.serve(str, start, &sr)
+}
+
+func (s *Server) serve(str network.Stream, start time.Time, sr *ServedRequest) {
+	_ = str.SetDeadline(start.Add(s.cfg.readTimeout))
+	body, reserved, err := readFrame(str, frameLimit(s.cfg.maxPayload), str.Scope())
+	if reserved > 0 {
+		defer str.Scope().ReleaseMemory(reserved)
+	}
+	if err == nil {
+		var req Request
+		req, err = decodeRequest(body, s.cfg.maxPayload)
+		if err == nil {
+			sr.ID, sr.Type = req.ID, req.Type
+			s.run(str, &req, sr)
+			return
+		}
+	}
+	if errors.Is(err, io.EOF) {
+		err = fmt.Errorf("stream closed before a request: %w", ErrTruncated)
+	}
+	s.malformed.Add(1)
+	sr.Err = fmt.Errorf("read request: %w", err)
+	_ = str.Reset()
+}
+
+// run executes a decoded request and answers it.
+func (s *Server) run(str network.Stream, req *Request, sr *ServedRequest) {
+	if s.cfg.allow != nil && !s.cfg.allow(sr.Peer) {
+		s.respond(str, req, Fail(Denied, "peer %s is not allowed to submit work here", sr.Peer), sr)
+		return
+	}
+	budget := req.Timeout
+	if budget <= 0 || budget > s.cfg.maxWorkTime {
+		budget = s.cfg.maxWorkTime
+	}
+	deadline := time.Now().Add(budget)
+	ctx, cancel := context.WithDeadline(s.ctx, deadline)
+	defer cancel()
+	_ = str.SetDeadline(deadline.Add(writeSlack))
+
+	t, res, ok := s.pool.admit(ctx, req.Type, req.Payload)
+	if ok {
+		res = s.execute(str, req, t)
+		// The ticket's context keeps the first cause it was cancelled with.
+		if cause := context.Cause(t.ctx); errors.Is(cause, ErrClientGone) || errors.Is(cause, ErrMalformed) {
+			// Nobody is listening for the answer, or the client broke
+			// the protocol: do not write one.
+			s.dropped.Add(1)
+			sr.Err = cause
+			_ = str.Reset()
+			return
+		}
+	}
+	s.respond(str, req, res, sr)
+}
+
+// execute runs an admitted request on the stream's goroutine. Work that is
+// done within the grace period (most of it) costs nothing more. Longer
+// work, or work that waits in the queue, gets a watchdog goroutine that
+// sends the accept frame when the client asked for one, then keeps a read
+// pending on the stream and cancels the work when the client resets it.
+func (s *Server) execute(str network.Stream, req *Request, t *ticket) Result {
+	grace := s.cfg.grace
+	if req.AcceptTimeout > 0 {
+		grace = min(grace, req.AcceptTimeout/4)
+	}
+	w := &watchdog{str: str, cancel: t.cancel, accept: req.AcceptTimeout > 0, done: make(chan struct{})}
+	timer := time.AfterFunc(grace, w.run)
+	res := s.pool.runInline(t)
+	if !timer.Stop() {
+		w.stop() // it fired: end its read and wait for it
+	}
+	return res
+}
+
+// watchdog watches a request's stream while its work runs. It is started
+// by a timer and stopped by the stream's goroutine, which waits for it, so
+// the accept frame is always written before the response.
+type watchdog struct {
+	str      network.Stream
+	cancel   context.CancelCauseFunc // the work's context
+	accept   bool
+	stopping atomic.Bool
+	done     chan struct{}
+}
+
+func (w *watchdog) run() {
+	defer close(w.done)
+	if w.accept {
+		var frame [frameHeaderLen + 1]byte
+		if _, err := w.str.Write(appendAccept(frame[:0])); err != nil {
+			w.cancel(fmt.Errorf("%w: write accept frame: %v", ErrClientGone, err))
+			return
+		}
+	}
+	// The client keeps its write side open while it waits, so this read
+	// only ends with an error: its reset, a lost connection, or stop.
+	var b [1]byte
+	n, err := w.str.Read(b[:])
+	switch {
+	case n > 0:
+		w.cancel(fmt.Errorf("unexpected bytes after the request: %w", ErrMalformed))
+	case w.stopping.Load():
+		// Ended on purpose by stop.
+	case err != nil && !errors.Is(err, io.EOF):
+		w.cancel(fmt.Errorf("%w: %v", ErrClientGone, err))
+	}
+}
+
+// stop ends the pending read (a deadline in the past also ends a read not
+// yet started) and waits for run to return.
+func (w *watchdog) stop() {
+	w.stopping.Store(true)
+	_ = w.str.SetReadDeadline(time.Now())
+	<-w.done
+}
+
+// respond writes the response frame and closes the stream, or resets it
+// when writing fails.
+func (s *Server) respond(str network.Stream, req *Request, res Result, sr *ServedRequest) {
+	if len(res.Output) > s.cfg.maxPayload {
+		res = Fail(PermanentError, "%s: output of %d bytes exceeds the limit of %d", req.Type, len(res.Output), s.cfg.maxPayload)
+	}
+	resp := Response{ID: req.ID, Result: res}
+	buf := getBuf()
+	*buf = appendResponse((*buf)[:0], &resp)
+	_, err := str.Write(*buf)
+	putBuf(buf)
+	if err != nil {
+		s.dropped.Add(1)
+		sr.Err = fmt.Errorf("write response: %w", err)
+		_ = str.Reset()
+		return
+	}
+	s.byOutcome[res.Outcome].Add(1)
+	sr.Outcome = res.Outcome
+	_ = str.Close()
+}
+
+type clientConfig struct {
+	maxPayload     int
+	defaultTimeout time.Duration
+}
+
+// ClientOption configures a Client.
+type ClientOption func(*clientConfig) error
+
+// WithClientMaxPayload sets the largest request payload the client sends
+// and response output it reads (default DefaultMaxPayload).
+func WithClientMaxPayload(n int) ClientOption {
+	return func(c *clientConfig) error {
+		if n < 1 || n > maxMaxPayload {
+			return fmt.Errorf("max payload %d: want 1 to %d bytes", n, maxMaxPayload)
+		}
+		c.maxPayload = n
+		return nil
+	}
+}
+
+// WithDefaultTimeout bounds calls whose context has no deadline (default
+// DefaultClientTimeout), so that no call waits forever.
+func WithDefaultTimeout(d time.Duration) ClientOption {
+	return func(c *clientConfig) error {
+		if d <= 0 {
+			return fmt.Errorf("default timeout %s: want a positive duration", d)
+		}
+		c.defaultTimeout = d
+		return nil
+	}
+}
+
+// Client sends work to remote workers over the work protocol. It is safe
+// for concurrent use; every call uses a stream of its own.
+type Client struct {
+	h   host.Host
+	pid protocol.ID
+	cfg clientConfig
+}
+
+// NewClient returns a client for the work protocol of network, sending
+// from h.
+func NewClient(h host.Host, network string, opts ...ClientOption) (*Client, error) {
+	if h == nil {
+		return nil, errors.New("new work client: nil host")
+	}
+	if err := checkNetwork(network); err != nil {
+		return nil, fmt.Errorf("new work client: %w", err)
+	}
+	cfg := clientConfig{maxPayload: DefaultMaxPayload, defaultTimeout: DefaultClientTimeout}
+	for _, o := range opts {
+		if err := o(&cfg); err != nil {
+			return nil, fmt.Errorf("new work client: %w", err)
+		}
+	}
+	return &Client{h: h, pid: ProtocolID(network), cfg: cfg}, nil
+}
+
+// Do sends req to worker p and returns its response. The work's time
+// budget is what is left of ctx's deadline (or the client's default
+// timeout), lowered further by req.Timeout when that is shorter. An error
+// means no response was received: it wraps ctx's error when ctx ended the
+// call, ErrAcceptTimeout when the worker did not take the work within
+// req.AcceptTimeout, and the protocol's sentinels for bad messages. A
+// response, whatever its outcome, comes with a nil error.
+func (c *Client) Do(ctx context.Context, p peer.ID, req Request) (Response, error) {
+	if err := checkRequest(&req, c.cfg.maxPayload); err != nil {
+		return Response{}, fmt.Errorf("work %s for %s: %w", req.Type, p, err)
+	}
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.cfg.defaultTimeout)
+		defer cancel()
+		deadline, _ = ctx.Deadline()
+	}
+	left := time.Until(deadline)
+	if left <= 0 || ctx.Err() != nil {
+		return Response{}, fmt.Errorf("work %s for %s: %w", req.Type, p, contextError(ctx))
+	}
+	if req.Timeout <= 0 || req.Timeout > left {
+		req.Timeout = left
+	}
+
+	str, err := c.h.NewStream(ctx, p, c.pid)
+	if err != nil {
+		if ctx.Err() != nil {
+			err = fmt.Errorf("%w (%v)", contextError(ctx), err)
+		}
+		return Response{}, fmt.Errorf("work %s for %s: open stream: %w", req.Type, p, err)
+	}
+	// A cancelled call resets the stream at once: the pending read fails
+	// here, and the server sees the reset and cancels the work.
+	stop := context.AfterFunc(ctx, func() { _ = str.Reset() })
+	defer stop()
+
+	resp, err := c.exchange(str, &req, deadline)
+	if err != nil {
+		_ = str.Reset()
+		switch {
+		case ctx.Err() != nil:
+			err = fmt.Errorf("%w (%v)", contextError(ctx), err)
+		case errors.Is(err, os.ErrDeadlineExceeded) && !errors.Is(err, ErrAcceptTimeout):
+			// The stream deadline is the context's deadline; it may fire
+			// a moment before the context does.
+			err = fmt.Errorf("%w (%v)", context.DeadlineExceeded, err)
+		}
+		return Response{}, fmt.Errorf("work %s for %s: %w", req.Type, p, err)
+	}
+	_ = str.Close()
+	return resp, nil
+}
+
+// exchange writes the request and reads the response on str.
+func (c *Client) exchange(str network.Stream, req *Request, deadline time.Time) (Response, error) {
+	// The call's deadline needs no stream deadline: the context always has
+	// one, and Do resets the stream when it passes. Only the accept timeout
+	// is a read deadline, lifted once the first frame is in.
+	accepting := false
+	if req.AcceptTimeout > 0 {
+		if t := time.Now().Add(req.AcceptTimeout); t.Before(deadline) {
+			_ = str.SetReadDeadline(t)
+			accepting = true
+		}
+	}
+
+	buf := getBuf()
+	*buf = appendRequest((*buf)[:0], req)
+	_, err := str.Write(*buf)
+	putBuf(buf)
+	if err != nil {
+		return Response{}, fmt.Errorf("write request: %w", err)
+	}
+
+	limit := frameLimit(c.cfg.maxPayload)
+	for first := true; ; first = false {
+		body, reserved, err := readFrame(str, limit, str.Scope())
+		if reserved > 0 {
+			// The output becomes the caller's memory once returned.
+			str.Scope().ReleaseMemory(reserved)
+		}
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				err = fmt.Errorf("stream closed without a response: %w", ErrTruncated)
+			}
+			if accepting && first && errors.Is(err, os.ErrDeadlineExceeded) {
+				err = fmt.Errorf("%w: nothing within %s (%v)", ErrAcceptTimeout, req.AcceptTimeout, err)
+			}
+			return Response{}, fmt.Errorf("read response: %w", err)
+		}
+		resp, accepted, err := decodeServerFrame(body, c.cfg.maxPayload)
+		if err != nil {
+			return Response{}, err
+		}
+		if accepted {
+			if !first {
+				return Response{}, fmt.Errorf("second accept frame: %w", ErrMalformed)
+			}
+			if accepting {
+				_ = str.SetReadDeadline(time.Time{})
+			}
+			continue
+		}
+		if resp.ID != req.ID {
+			return Response{}, fmt.Errorf("response for request %q, want %q: %w", truncateUTF8(resp.ID, 32), req.ID, ErrMalformed)
+		}
+		return resp, nil
+	}
+}
+
+// contextError returns ctx's cause when it has one worth more than its error.
+func contextError(ctx context.Context) error {
+	if cause := context.Cause(ctx); cause != nil {
+		return cause
+	}
+	return ctx.Err()
+}

@@ -1,0 +1,443 @@
+package workers
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/libp2p/go-libp2p"
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+const testNetwork = "test"
+
+// newHost starts a libp2p host listening on a random loopback QUIC port.
+func newHost(t testing.TB) host.Host {
+	t.Helper()
+	h, err := libp2p.New(
+		libp2p.ListenAddrStrings("/ip4/127.0.0.1/udp/0/quic-v1"),
+		libp2p.DisableRelay(),
+	)
+	if err != nil {
+		t.Fatalf("new host: %v", err)
+	}
+	t.Cleanup(func() { _ = h.Close() })
+	return h
+}
+
+// connect dials b from a directly.
+func connect(t testing.TB, a, b host.Host) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), failAfter)
+	defer cancel()
+	if err := a.Connect(ctx, peer.AddrInfo{ID: b.ID(), Addrs: b.Addrs()}); err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+}
+
+// pair is a client host and a server host, connected, with the work
+// protocol served on the server.
+type pair struct {
+	clientHost, serverHost host.Host
+	pool                   *Pool
+	server                 *Server
+	client                 *Client
+	served                 chan ServedRequest
+}
+
+func newPair(t testing.TB, handlers map[string]Handler, opts ...ServerOption) *pair {
+	t.Helper()
+	p := &pair{clientHost: newHost(t), serverHost: newHost(t), served: make(chan ServedRequest, 1000)}
+	p.pool = newTestPool(t, 4, 16, handlers)
+	opts = append([]ServerOption{
+		WithServerLogger(quietLogger()),
+		WithObserver(func(sr ServedRequest) {
+			select {
+			case p.served <- sr:
+			default: // benchmarks do not read it
+			}
+		}),
+	}, opts...)
+	var err error
+	p.server, err = NewServer(p.serverHost, testNetwork, p.pool, opts...)
+	must(t, err)
+	t.Cleanup(func() { _ = p.server.Close() })
+	p.client, err = NewClient(p.clientHost, testNetwork)
+	must(t, err)
+	connect(t, p.clientHost, p.serverHost)
+	return p
+}
+
+func (p *pair) do(t testing.TB, ctx context.Context, req Request) (Response, error) {
+	t.Helper()
+	type out struct {
+		resp Response
+		err  error
+	}
+	ch := make(chan out, 1)
+	go func() {
+		resp, err := p.client.Do(ctx, p.serverHost.ID(), req)
+		ch <- out{resp, err}
+	}()
+	o := recv(t, ch, "the client call to return")
+	return o.resp, o.err
+}
+
+func TestProtocolID(t *testing.T) {
+	if got := ProtocolID("devnet"); got != "/workmesh/devnet/work/1.0.0" {
+		t.Errorf("ProtocolID(devnet) = %s", got)
+	}
+	h := newHost(t)
+	for _, bad := range []string{"", "a/b", "with space"} {
+		if _, err := NewClient(h, bad); err == nil {
+			t.Errorf("NewClient accepted network %q", bad)
+		}
+	}
+}
+
+func TestProtocol_EchoAndSHA256RoundTrip(t *testing.T) {
+	p := newPair(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), failAfter)
+	defer cancel()
+
+	big := strings.Repeat("0123456789abcdef", 16<<10) // 256 KiB: several QUIC packets and a memory reservation
+	for _, payload := range []string{"hello", "", big} {
+		resp, err := p.do(t, ctx, Request{ID: "echo-1", Type: "echo", Payload: []byte(payload)})
+		must(t, err)
+		if resp.ID != "echo-1" || resp.Outcome != Success || string(resp.Output) != payload {
+			t.Errorf("echo of %d bytes: %+v", len(payload), resp.Result.Outcome)
+		}
+	}
+	sum := sha256.Sum256([]byte(big))
+	resp, err := p.do(t, ctx, Request{ID: "sha-1", Type: "sha256", Payload: []byte(big)})
+	must(t, err)
+	if resp.Outcome != Success || string(resp.Output) != hex.EncodeToString(sum[:]) {
+		t.Errorf("sha256: %v %q", resp.Outcome, resp.Output)
+	}
+	for range 4 { // the server counts a response after writing it
+		recv(t, p.served, "the server to finish a stream")
+	}
+	if got := p.server.Stats().ByOutcome[Success]; got != 4 {
+		t.Errorf("server counted %d successes, want 4", got)
+	}
+}
+
+func TestProtocol_ConcurrentRequestsGetTheirOwnResponses(t *testing.T) {
+	p := newPair(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), failAfter)
+	defer cancel()
+	var wg sync.WaitGroup
+	for i := range 16 {
+		wg.Go(func() {
+			id := fmt.Sprint("req-", i)
+			resp, err := p.client.Do(ctx, p.serverHost.ID(), Request{ID: id, Type: "echo", Payload: []byte(id)})
+			if err != nil {
+				t.Errorf("%s: %v", id, err)
+				return
+			}
+			if resp.Outcome == Busy {
+				return // 16 at once on 4+16 slots may see busy; not a mix-up
+			}
+			if resp.ID != id || string(resp.Output) != id {
+				t.Errorf("%s got response %q with output %q", id, resp.ID, resp.Output)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+func TestProtocol_OutcomesDeniedUnsupportedBusy(t *testing.T) {
+	g := newGate(true)
+	defer g.open()
+	var denied sync.Map
+	p := newPair(t, map[string]Handler{"gate": g}, WithAllow(func(id peer.ID) bool {
+		_, no := denied.Load(id)
+		return !no
+	}))
+	ctx, cancel := context.WithTimeout(context.Background(), failAfter)
+	defer cancel()
+
+	resp, err := p.do(t, ctx, Request{Type: "resize"})
+	must(t, err)
+	if resp.Outcome != Unsupported || !strings.Contains(resp.Error, "served: echo, gate, sha256, sleep") {
+		t.Errorf("unknown type: %v %q", resp.Outcome, resp.Error)
+	}
+
+	// Fill the server's pool (4 running over the network, 16 admitted
+	// locally, which is synchronous), then a request is busy.
+	var running []<-chan Result
+	for i := range 4 {
+		ch := make(chan Result, 1)
+		go func() {
+			r, err := p.client.Do(ctx, p.serverHost.ID(), Request{Type: "gate", Payload: []byte(fmt.Sprint(i))})
+			if err != nil {
+				r.Result = Fail(RetryableError, "%v", err)
+			}
+			ch <- r.Result
+		}()
+		running = append(running, ch)
+		recv(t, g.started, "a gate request to start")
+	}
+	for range 16 {
+		tk, res, ok := p.pool.admit(ctx, "echo", nil)
+		if !ok {
+			t.Fatalf("local admit: %v %q", res.Outcome, res.Error)
+		}
+		ch := make(chan Result, 1)
+		go func() { ch <- p.pool.runInline(tk) }()
+		running = append(running, ch)
+	}
+	resp, err = p.do(t, ctx, Request{Type: "gate"})
+	must(t, err)
+	if resp.Outcome != Busy || !strings.Contains(resp.Error, "4 running, 16 of 16 queued") {
+		t.Errorf("full pool: %v %q, want Busy", resp.Outcome, resp.Error)
+	}
+	g.open()
+	for _, ch := range running {
+		if r := recv(t, ch, "a gate result"); r.Outcome != Success {
+			t.Errorf("gate: %v %q", r.Outcome, r.Error)
+		}
+	}
+
+	denied.Store(p.clientHost.ID(), true)
+	resp, err = p.do(t, ctx, Request{Type: "echo", Payload: []byte("x")})
+	must(t, err)
+	if resp.Outcome != Denied || len(resp.Output) != 0 {
+		t.Errorf("denied peer: %v %q", resp.Outcome, resp.Output)
+	}
+	// The server counts a response once it is written, which may be just
+	// after the client read it: wait for the server to finish the stream.
+	for range 1 + 4 + 1 + 1 { // unsupported, the gates, busy, denied
+		recv(t, p.served, "the server to finish a stream")
+	}
+	st := p.server.Stats()
+	if st.ByOutcome[Unsupported] != 1 || st.ByOutcome[Busy] != 1 || st.ByOutcome[Denied] != 1 || st.ByOutcome[Success] != 4 {
+		t.Errorf("server counts = %+v", st.ByOutcome)
+	}
+}
+
+func TestProtocol_ClientCancelCancelsServerHandler(t *testing.T) {
+	g := newGate(true)
+	defer g.open()
+	p := newPair(t, map[string]Handler{"gate": g})
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		_, err := p.client.Do(ctx, p.serverHost.ID(), Request{Type: "gate", Timeout: time.Minute})
+		errc <- err
+	}()
+	recv(t, g.started, "the handler to start")
+	cancel()
+	if err := recv(t, errc, "the client to return"); !errors.Is(err, context.Canceled) {
+		t.Errorf("client error = %v, want context.Canceled", err)
+	}
+	if cause := recv(t, g.cancelled, "the server handler's context to be cancelled"); !errors.Is(cause, ErrClientGone) {
+		t.Errorf("handler context cause = %v, want ErrClientGone", cause)
+	}
+	sr := recv(t, p.served, "the server to finish the stream")
+	if !errors.Is(sr.Err, ErrClientGone) || sr.Outcome != 0 {
+		t.Errorf("served = %+v, want no response and ErrClientGone", sr)
+	}
+	if st := p.server.Stats(); st.Dropped != 1 {
+		t.Errorf("Stats().Dropped = %d, want 1", st.Dropped)
+	}
+}
+
+// silentServer registers a work protocol handler on h that reads the
+// request and never answers until the test ends.
+func silentServer(t testing.TB, h host.Host) <-chan struct{} {
+	got := make(chan struct{}, 10)
+	release := make(chan struct{})
+	h.SetStreamHandler(ProtocolID(testNetwork), func(s network.Stream) {
+		got <- struct{}{}
+		<-release
+		_ = s.Reset()
+	})
+	t.Cleanup(func() { close(release) })
+	return got
+}
+
+func TestProtocol_SilentServerBoundedByClientContext(t *testing.T) {
+	clientHost, serverHost := newHost(t), newHost(t)
+	reached := silentServer(t, serverHost)
+	connect(t, clientHost, serverHost)
+	client, err := NewClient(clientHost, testNetwork)
+	must(t, err)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := client.Do(ctx, serverHost.ID(), Request{Type: "echo", Payload: []byte("x")})
+		errc <- err
+	}()
+	recv(t, reached, "the request to reach the silent server")
+	if err := recv(t, errc, "the client to give up at its deadline"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("error = %v, want context.DeadlineExceeded", err)
+	}
+
+	// With no deadline on the context, the client's default timeout bounds it.
+	client, err = NewClient(clientHost, testNetwork, WithDefaultTimeout(100*time.Millisecond))
+	must(t, err)
+	go func() {
+		_, err := client.Do(context.Background(), serverHost.ID(), Request{Type: "echo"})
+		errc <- err
+	}()
+	if err := recv(t, errc, "the client to give up at its default timeout"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("error = %v, want context.DeadlineExceeded", err)
+	}
+}
+
+func TestProtocol_AcceptTimeoutBoundsTimeToAccept(t *testing.T) {
+	t.Run("silent server", func(t *testing.T) {
+		clientHost, serverHost := newHost(t), newHost(t)
+		silentServer(t, serverHost)
+		connect(t, clientHost, serverHost)
+		client, err := NewClient(clientHost, testNetwork)
+		must(t, err)
+		ctx, cancel := context.WithTimeout(context.Background(), failAfter)
+		defer cancel()
+		start := time.Now()
+		_, err = client.Do(ctx, serverHost.ID(), Request{Type: "echo", AcceptTimeout: 100 * time.Millisecond})
+		if !errors.Is(err, ErrAcceptTimeout) || errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("error = %v, want ErrAcceptTimeout", err)
+		}
+		if took := time.Since(start); took > failAfter/2 {
+			t.Errorf("gave up after %s", took)
+		}
+	})
+	t.Run("work longer than the accept timeout", func(t *testing.T) {
+		p := newPair(t, nil)
+		ctx, cancel := context.WithTimeout(context.Background(), failAfter)
+		defer cancel()
+		// The work takes three accept timeouts; only the accept frame
+		// keeps the client waiting for it.
+		resp, err := p.do(t, ctx, Request{Type: "sleep", Payload: []byte("300ms"), AcceptTimeout: 100 * time.Millisecond})
+		must(t, err)
+		if resp.Outcome != Success {
+			t.Fatalf("slow work: %v %q", resp.Outcome, resp.Error)
+		}
+	})
+}
+
+// rawStream opens a bare stream for the work protocol.
+func rawStream(t testing.TB, from, to host.Host) network.Stream {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), failAfter)
+	defer cancel()
+	s, err := from.NewStream(ctx, to.ID(), ProtocolID(testNetwork))
+	must(t, err)
+	t.Cleanup(func() { _ = s.Reset() })
+	_ = s.SetDeadline(time.Now().Add(failAfter))
+	return s
+}
+
+func TestProtocol_HalfMessageGetsCleanErrorAndServerKeepsServing(t *testing.T) {
+	p := newPair(t, nil, WithRequestReadTimeout(300*time.Millisecond))
+	ctx, cancel := context.WithTimeout(context.Background(), failAfter)
+	defer cancel()
+
+	// A peer that stalls in the middle of its request holds nothing up.
+	stalled := rawStream(t, p.clientHost, p.serverHost)
+	frame := appendRequest(nil, &Request{ID: "half", Type: "echo", Payload: []byte("0123456789")})
+	_, err := stalled.Write(frame[:len(frame)/2])
+	must(t, err)
+	resp, err := p.do(t, ctx, Request{ID: "meanwhile", Type: "echo", Payload: []byte("meanwhile")})
+	must(t, err)
+	if resp.Outcome != Success || string(resp.Output) != "meanwhile" {
+		t.Fatalf("while another peer stalls: %v %q", resp.Outcome, resp.Error)
+	}
+	for range 2 {
+		switch sr := recv(t, p.served, "the normal and the stalled request to end"); sr.ID {
+		case "meanwhile":
+			if sr.Err != nil {
+				t.Errorf("normal request: %v", sr.Err)
+			}
+		default:
+			if !errors.Is(sr.Err, os.ErrDeadlineExceeded) {
+				t.Errorf("stalled request: %v, want a read deadline error", sr.Err)
+			}
+		}
+	}
+	if _, err := io.ReadAll(stalled); err == nil {
+		t.Error("the stalled peer's stream ended cleanly; want a reset")
+	}
+
+	// A peer that sends half a message and closes gets a reset at once.
+	half := rawStream(t, p.clientHost, p.serverHost)
+	_, err = half.Write(frame[:len(frame)-3])
+	must(t, err)
+	must(t, half.CloseWrite())
+	if _, err := io.ReadAll(half); err == nil {
+		t.Error("the half message got a clean end of stream; want a reset")
+	}
+	sr := recv(t, p.served, "the half message to be refused")
+	if !errors.Is(sr.Err, ErrTruncated) {
+		t.Errorf("half message: %v, want ErrTruncated", sr.Err)
+	}
+
+	// A header claiming 1 GiB is refused without reading on.
+	huge := rawStream(t, p.clientHost, p.serverHost)
+	_, err = huge.Write(binary.BigEndian.AppendUint32(nil, 1<<30))
+	must(t, err)
+	if _, err := io.ReadAll(huge); err == nil {
+		t.Error("the oversized message got a clean end of stream; want a reset")
+	}
+	sr = recv(t, p.served, "the oversized message to be refused")
+	if !errors.Is(sr.Err, ErrFrameTooLarge) {
+		t.Errorf("oversized message: %v, want ErrFrameTooLarge", sr.Err)
+	}
+
+	resp, err = p.do(t, ctx, Request{Type: "echo", Payload: []byte("after")})
+	must(t, err)
+	if resp.Outcome != Success || string(resp.Output) != "after" {
+		t.Fatalf("after the bad peers: %v %q", resp.Outcome, resp.Error)
+	}
+	recv(t, p.served, "the last request to be served") // counted after it was written
+	if st := p.server.Stats(); st.Malformed != 3 || st.ByOutcome[Success] != 2 {
+		t.Errorf("Stats() = %+v, want 3 malformed and 2 successes", st)
+	}
+}
+
+func TestProtocol_ServerCloseCancelsWork(t *testing.T) {
+	g := newGate(true)
+	defer g.open()
+	p := newPair(t, map[string]Handler{"gate": g})
+	ctx, cancel := context.WithTimeout(context.Background(), failAfter)
+	defer cancel()
+	type out struct {
+		resp Response
+		err  error
+	}
+	ch := make(chan out, 1)
+	go func() {
+		resp, err := p.client.Do(ctx, p.serverHost.ID(), Request{Type: "gate"})
+		ch <- out{resp, err}
+	}()
+	recv(t, g.started, "the handler to start")
+	closed := make(chan struct{})
+	go func() { _ = p.server.Close(); close(closed) }()
+	if cause := recv(t, g.cancelled, "the handler to be cancelled by Close"); !errors.Is(cause, ErrServerClosed) {
+		t.Errorf("cause = %v, want ErrServerClosed", cause)
+	}
+	recv(t, closed, "Close to return")
+	o := recv(t, ch, "the client to get an answer")
+	if o.err != nil || o.resp.Outcome != RetryableError {
+		t.Errorf("client got %v %v, want a retryable error response", o.resp.Outcome, o.err)
+	}
+	// The protocol is gone: a new call fails.
+	if _, err := p.do(t, ctx, Request{Type: "echo"}); err == nil {
+		t.Error("a call after Close succeeded")
+	}
+}

@@ -49,6 +49,9 @@ type HealthAnswer struct {
 
 type healthRequest struct{}
 
+// errHealthFault is the reason a ping was dropped by fault injection.
+var errHealthFault = errors.New("health ping dropped by fault injection")
+
 type nodedataRequest struct {
 	// All asks for every fresh record the node holds, not only its own.
 	All bool `json:"all"`
@@ -81,6 +84,10 @@ func (n *Node) handleHealth(s network.Stream) {
 	var req healthRequest
 	if err = readJSONFrame(s, &req, maxRequestFrame); err != nil {
 		n.log.WithField("peer", s.Conn().RemotePeer().String()).Debugf("health: bad request: %v", err)
+		return
+	}
+	if n.healthFault != nil && n.healthFault() {
+		err = errHealthFault
 		return
 	}
 	err = writeJSONFrame(s, n.healthAnswer(), maxHealthFrame)

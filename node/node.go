@@ -65,6 +65,9 @@ type options struct {
 	key        crypto.PrivKey
 	handlers   []apiHandler
 	gossipOpts []lpubsub.Option
+	// healthFault, when set and returning true, makes the node drop a
+	// health ping unanswered (fault injection for resilience drills).
+	healthFault func() bool
 }
 
 // WithLogger sets the logger; the default is the standard logrus logger.
@@ -97,6 +100,19 @@ func WithLocalState(s LocalState) Option {
 			return errors.New("node: nil local state")
 		}
 		o.state = s
+		return nil
+	}
+}
+
+// WithHealthFault makes the node drop each health ping for which fail
+// returns true: the stream is reset unanswered, as a grey peer would. It is
+// for resilience drills and tests of liveness; fail is called once per ping.
+func WithHealthFault(fail func() bool) Option {
+	return func(o *options) error {
+		if fail == nil {
+			return errors.New("node: nil health fault")
+		}
+		o.healthFault = fail
 		return nil
 	}
 }
@@ -187,7 +203,9 @@ type Node struct {
 	log     *logrus.Logger
 	key     crypto.PrivKey
 	state   LocalState
-	start   time.Time
+	// healthFault drops health pings on purpose; see WithHealthFault.
+	healthFault func() bool
+	start       time.Time
 
 	host   host.Host
 	dht    *dht.IpfsDHT
@@ -306,24 +324,25 @@ func New(ctx context.Context, cfg config.NodeConfig, opts ...Option) (*Node, err
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	n := &Node{
-		cfg:       cfg,
-		network:   cfg.Network,
-		version:   o.version,
-		log:       o.log,
-		key:       key,
-		state:     o.state,
-		start:     time.Now(),
-		host:      h,
-		mux:       http.NewServeMux(),
-		workTypes: slices.Clone(cfg.WorkTypes),
-		bootstrap: bootstrap,
-		kick:      make(chan struct{}, 1),
-		dhtKick:   make(chan struct{}, 1),
-		refresh:   make(chan struct{}, 1),
-		provide:   make(chan struct{}, 1),
-		syncQ:     make(chan syncRequest, 256),
-		ctx:       ctx,
-		cancel:    cancel,
+		cfg:         cfg,
+		network:     cfg.Network,
+		version:     o.version,
+		log:         o.log,
+		key:         key,
+		state:       o.state,
+		healthFault: o.healthFault,
+		start:       time.Now(),
+		host:        h,
+		mux:         http.NewServeMux(),
+		workTypes:   slices.Clone(cfg.WorkTypes),
+		bootstrap:   bootstrap,
+		kick:        make(chan struct{}, 1),
+		dhtKick:     make(chan struct{}, 1),
+		refresh:     make(chan struct{}, 1),
+		provide:     make(chan struct{}, 1),
+		syncQ:       make(chan syncRequest, 256),
+		ctx:         ctx,
+		cancel:      cancel,
 	}
 	n.table = NewPeerTable(PeerTableConfig{Self: h.ID(), Network: cfg.Network, TTL: cfg.RecordTTL, Clock: o.clock, Logger: o.log})
 	fail := func(err error) (*Node, error) {

@@ -329,3 +329,31 @@ func splitmix(x uint64) uint64 {
 	x ^= x >> 31
 	return x
 }
+
+// Upcoming returns up to n peers the plan would offer after the ones already
+// handed out, without handing them out: a dispatcher dials them ahead so
+// that one dead candidate does not cost its whole connect timeout serially.
+// It spends no budget and moves no cursor.
+func (p *Plan) Upcoming(n int) []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.view == nil || p.decided || n <= 0 {
+		return nil
+	}
+	n = min(n, p.lim.maxRemote-len(p.tried))
+	if p.beyondHead {
+		n = 0
+	}
+	var out []string
+	for gi := p.cursor; gi < len(p.view.groups) && len(out) < n; gi++ {
+		for _, e := range p.view.groups[gi].members {
+			if len(out) >= n {
+				break
+			}
+			if p.selectable(e) && !slices.Contains(out, e.id) {
+				out = append(out, e.id)
+			}
+		}
+	}
+	return out
+}

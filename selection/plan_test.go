@@ -165,3 +165,18 @@ func TestSelectionModes(t *testing.T) {
 		t.Fatal("an unknown selection mode must be refused")
 	}
 }
+
+func TestPlan_UpcomingPeeksWithoutSpending(t *testing.T) {
+	cfg := testConfig()
+	cfg.Worker.MaxRemoteWorkers = 3
+	cfg.LabelBalancing = labelBalancing(false, true, "full", "archive")
+	s, _ := newSelector(t, cfg, tiers()...)
+	p := s.Plan(Request{WorkType: "sha256"})
+	first := mustNext(t, p)
+	if got := p.Upcoming(5); !eq(got, []string{"f2", "a1"}) {
+		t.Fatalf("upcoming after %s: %v, want [f2 a1] (bounded by max-remote-workers 3)", first.Peer, got)
+	}
+	if got := walk(t, p, Retryable); !eq(got, []string{"f2", "a1"}) {
+		t.Fatalf("Upcoming must not spend budget: then tried %v", got)
+	}
+}

@@ -1,0 +1,170 @@
+package tests
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/workmesh/workmesh/config"
+	"github.com/workmesh/workmesh/workers"
+)
+
+// groupsConfig sets label balancing primary > fallback with a budget large
+// enough that only the rules stop a sweep.
+func groupsConfig(passOnError bool) func(*config.Config) {
+	return func(c *config.Config) {
+		include := true
+		c.LabelBalancing = &config.LabelBalancingConfig{Order: []string{"primary", "fallback"}, PassOnError: passOnError, IncludeDefault: &include}
+		c.Worker.MaxRetries = 5
+		c.Worker.MaxRemoteWorkers = 5
+	}
+}
+
+func withHedge(delay time.Duration, f func(*config.Config)) func(*config.Config) {
+	return func(c *config.Config) {
+		f(c)
+		c.Hedge.MaxCount = 1
+		c.Hedge.Delay = delay
+	}
+}
+
+// blockMesh starts a gateway that serves "block" itself (so any local
+// fallback is counted) and four workers: two primaries, two fallbacks.
+func blockMesh(t *testing.T, cfg func(*config.Config), primaryEmptyAtHead bool) (*member, []*member, *hitCounter) {
+	hits := newHitCounter()
+	spec := func(name, label string, emptyAlways bool) memberSpec {
+		return memberSpec{name: name, labels: []string{label}, handlers: map[string]workers.Handler{
+			"block": headHandler{name: name, head: 100, emptyAlways: emptyAlways, hits: hits},
+		}}
+	}
+	gwSpec := memberSpec{name: "gateway", cfg: cfg, handlers: map[string]workers.Handler{
+		"block": headHandler{name: "local", head: 100, hits: hits},
+	}}
+	gw := startMember(t, hits, gwSpec, nil)
+	ms := []*member{
+		startMember(t, hits, spec("p1", "primary", primaryEmptyAtHead), gw),
+		startMember(t, hits, spec("p2", "primary", primaryEmptyAtHead), gw),
+		startMember(t, hits, spec("f1", "fallback", false), gw),
+		startMember(t, hits, spec("f2", "fallback", false), gw),
+	}
+	waitRanked(t, gw, "block", 4)
+	return gw, ms, hits
+}
+
+func TestFailover_EmptyBeyondHeadDoesNotSweepToFallbacks(t *testing.T) {
+	gw, ms, hits := blockMesh(t, withHedge(time.Millisecond, groupsConfig(false)), false)
+	name := peerName(append(ms, gw)...)
+	const requests = 20
+	for i := range requests {
+		before := hits.total()
+		res := gw.submit(t, workers.WorkRequest{Type: "block", Payload: []byte("101"), MinHead: u64(101)})
+		if res.Status != workers.StatusEmpty {
+			t.Fatalf("request %d: %s; want empty (block 101 is above every head)", i, describe(res, name))
+		}
+		if n := hits.total() - before; n > 1 {
+			t.Fatalf("request %d: %d hits, want at most 1: %s", i, n, describe(res, name))
+		}
+	}
+	if n := hits.get("f1") + hits.get("f2"); n != 0 {
+		t.Fatalf("fallback group hit %d times for blocks above every head, want 0", n)
+	}
+	if n := hits.get("local"); n != 0 {
+		t.Fatalf("local worker hit %d times for blocks above every head, want 0", n)
+	}
+	if n := hits.get("p1") + hits.get("p2"); n != requests {
+		t.Fatalf("primaries hit %d times for %d requests, want exactly one each", n, requests)
+	}
+}
+
+func TestFailover_EmptyAtHeadStillEscapesToFallbacks(t *testing.T) {
+	gw, ms, hits := blockMesh(t, groupsConfig(false), true)
+	name := peerName(append(ms, gw)...)
+	res := gw.submit(t, workers.WorkRequest{Type: "block", Payload: []byte("100"), MinHead: u64(100)})
+	if res.Status != workers.StatusOK || (string(res.Output) != "f1" && string(res.Output) != "f2") {
+		t.Fatalf("block 100, primaries empty: %s; want ok from a fallback", describe(res, name))
+	}
+	if hits.get("p1") != 1 || hits.get("p2") != 1 {
+		t.Fatalf("primary hits p1 %d p2 %d, want one each before escaping", hits.get("p1"), hits.get("p2"))
+	}
+	if len(res.Attempts) != 3 || res.Attempts[0].Outcome != "empty" || res.Attempts[2].Group != "fallback" {
+		t.Fatalf("attempts: %s", describe(res, name))
+	}
+	if hits.get("local") != 0 {
+		t.Fatal("the local worker ran although a fallback had the block")
+	}
+}
+
+func TestDispatch_LabelGroupsFallThroughViaRetries(t *testing.T) {
+	hits := newHitCounter()
+	failing := func(name string) workers.Handler {
+		return counting(name, hits, fixedResult(workers.Fail(workers.RetryableError, "%s is overloaded", name)))
+	}
+	ok := func(name string) workers.Handler { return counting(name, hits, fixedResult(workers.OK([]byte(name)))) }
+	gw := startMember(t, hits, memberSpec{name: "gateway", cfg: groupsConfig(false)}, nil)
+	ms := []*member{
+		startMember(t, hits, memberSpec{name: "p1", labels: []string{"primary"}, handlers: map[string]workers.Handler{"job": failing("p1")}}, gw),
+		startMember(t, hits, memberSpec{name: "p2", labels: []string{"primary"}, handlers: map[string]workers.Handler{"job": failing("p2")}}, gw),
+		startMember(t, hits, memberSpec{name: "f1", labels: []string{"fallback"}, handlers: map[string]workers.Handler{"job": ok("f1")}}, gw),
+	}
+	waitRanked(t, gw, "job", 3)
+	name := peerName(append(ms, gw)...)
+	res := gw.submit(t, workers.WorkRequest{Type: "job", Payload: []byte("x")})
+	if res.Status != workers.StatusOK || string(res.Output) != "f1" {
+		t.Fatalf("%s; want ok from f1 after both primaries failed", describe(res, name))
+	}
+	var got []string
+	for _, a := range res.Attempts {
+		got = append(got, name(a.Peer)+"/"+a.Group+"/"+a.Outcome)
+	}
+	if len(got) != 3 || got[2] != "f1/fallback/success" || hits.get("p1") != 1 || hits.get("p2") != 1 {
+		t.Fatalf("attempts %v, want both primaries (retryable-error) then f1 in the fallback group", got)
+	}
+}
+
+func TestDispatch_PassOnErrorWithHedging(t *testing.T) {
+	hits := newHitCounter()
+	slowOK := func(name string) workers.Handler {
+		return counting(name, hits, workers.HandlerFunc(func(ctx context.Context, _ []byte) workers.Result {
+			select {
+			case <-time.After(150 * time.Millisecond):
+				return workers.OK([]byte(name))
+			case <-ctx.Done():
+				return workers.Fail(workers.RetryableError, "cancelled")
+			}
+		}))
+	}
+	gw := startMember(t, hits, memberSpec{name: "gateway", cfg: withHedge(20*time.Millisecond, groupsConfig(true))}, nil)
+	ms := []*member{
+		startMember(t, hits, memberSpec{name: "p1", labels: []string{"primary"}, handlers: map[string]workers.Handler{"echo": slowOK("p1")}}, gw),
+		startMember(t, hits, memberSpec{name: "p2", labels: []string{"primary"}, handlers: map[string]workers.Handler{"echo": slowOK("p2")}}, gw),
+		startMember(t, hits, memberSpec{name: "f1", labels: []string{"fallback"}, handlers: map[string]workers.Handler{"echo": slowOK("f1")}}, gw),
+	}
+	waitRanked(t, gw, "echo", 3)
+	name := peerName(append(ms, gw)...)
+	for i := range 5 {
+		res := gw.submit(t, workers.WorkRequest{Type: "echo", Payload: []byte("x")})
+		if res.Status != workers.StatusOK {
+			t.Fatalf("request %d: %s", i, describe(res, name))
+		}
+		for _, a := range res.Attempts {
+			if a.Group != "primary" {
+				t.Fatalf("request %d: a hedge is not an error and must stay in the primary group: %s", i, describe(res, name))
+			}
+		}
+		if !hasHedge(res) {
+			t.Fatalf("request %d: no hedge was sent within 150ms work and a 20ms hedge delay: %s", i, describe(res, name))
+		}
+	}
+	if n := hits.get("f1"); n != 0 {
+		t.Fatalf("the fallback group was hit %d times with no error in the primary group", n)
+	}
+}
+
+func hasHedge(res workers.WorkResult) bool {
+	for _, a := range res.Attempts {
+		if a.Hedge {
+			return true
+		}
+	}
+	return false
+}

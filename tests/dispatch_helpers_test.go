@@ -1,0 +1,257 @@
+package tests
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/workmesh/workmesh/config"
+	"github.com/workmesh/workmesh/node"
+	"github.com/workmesh/workmesh/selection"
+	"github.com/workmesh/workmesh/workers"
+)
+
+// member is one full workmesh stack in the test process: node, local
+// worker, work protocol server and dispatcher, on loopback.
+type member struct {
+	name   string
+	node   *node.Node
+	pool   *workers.Pool
+	server *workers.Server
+	disp   *workers.Dispatcher
+	cancel context.CancelFunc
+	done   chan struct{}
+	hits   *hitCounter
+	closed atomic.Bool
+}
+
+// hitCounter counts handler runs per member name.
+type hitCounter struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func newHitCounter() *hitCounter { return &hitCounter{n: map[string]int{}} }
+
+func (h *hitCounter) add(name string) {
+	h.mu.Lock()
+	h.n[name]++
+	h.mu.Unlock()
+}
+
+func (h *hitCounter) get(name string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.n[name]
+}
+
+func (h *hitCounter) total() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	t := 0
+	for _, n := range h.n {
+		t += n
+	}
+	return t
+}
+
+func (h *hitCounter) reset() {
+	h.mu.Lock()
+	h.n = map[string]int{}
+	h.mu.Unlock()
+}
+
+// memberSpec describes a member: its labels, its handlers by work type and
+// the config changes it runs with.
+type memberSpec struct {
+	name     string
+	labels   []string
+	handlers map[string]workers.Handler
+	cfg      func(*config.Config)
+	opts     []node.Option
+}
+
+// headHandler is a work type with a head: it serves positions up to head
+// (answering with its name) and is empty above it, unless emptyAtHead.
+type headHandler struct {
+	name        string
+	head        uint64
+	emptyAlways bool
+	hits        *hitCounter
+}
+
+func (h headHandler) Head() (uint64, bool) { return h.head, true }
+
+func (h headHandler) Do(_ context.Context, payload []byte) workers.Result {
+	h.hits.add(h.name)
+	pos, err := strconv.ParseUint(string(payload), 10, 64)
+	if err != nil {
+		return workers.Fail(workers.PermanentError, "position %q: %v", payload, err)
+	}
+	if h.emptyAlways || pos > h.head {
+		return workers.Result{Outcome: workers.Empty}
+	}
+	return workers.OK([]byte(h.name))
+}
+
+// countingHandler wraps a handler and counts its runs under name.
+func counting(name string, hits *hitCounter, h workers.Handler) workers.Handler {
+	return workers.HandlerFunc(func(ctx context.Context, payload []byte) workers.Result {
+		hits.add(name)
+		return h.Do(ctx, payload)
+	})
+}
+
+// fixedResult is a handler that always answers with r.
+func fixedResult(r workers.Result) workers.Handler {
+	return workers.HandlerFunc(func(context.Context, []byte) workers.Result { return r })
+}
+
+// testDispatchConfig is the config every member starts from: loopback,
+// quick polls, short timeouts.
+func testDispatchConfig(t testing.TB) config.Config {
+	cfg := config.Defaults()
+	cfg.Node = testNodeConfig(t, nodeSpec{}, nil)
+	cfg.Liveness.PollInterval = 200 * time.Millisecond
+	cfg.Liveness.RedialBackoffMin = 200 * time.Millisecond
+	cfg.Worker.ConnectTimeout = 500 * time.Millisecond
+	cfg.Worker.WorkerTimeout = 2 * time.Second
+	cfg.Worker.WorkerResponseTimeout = time.Second
+	cfg.Worker.RetryDelay = 0
+	return cfg
+}
+
+// startMember starts a member, bootstrapped from boot when given.
+func startMember(t testing.TB, hits *hitCounter, spec memberSpec, boot *member) *member {
+	t.Helper()
+	cfg := testDispatchConfig(t)
+	cfg.Node.Labels = spec.labels
+	if spec.cfg != nil {
+		spec.cfg(&cfg)
+	}
+	cfg.SetDefaults()
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("member %s: config: %v", spec.name, err)
+	}
+	reg := workers.NewRegistry()
+	var types []string
+	for name, h := range spec.handlers {
+		if err := reg.Register(name, h); err != nil {
+			t.Fatal(err)
+		}
+		types = append(types, name)
+	}
+	cfg.Node.WorkTypes = reg.Names()
+	if boot != nil {
+		cfg.Node.Bootstrap = addrStrings(boot.node)
+	}
+	pool, err := workers.NewPool(reg, cfg.Worker, testLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := append([]node.Option{node.WithLocalState(workers.NewLocalState(pool))}, spec.opts...)
+	n := startNode(t, cfg.Node, opts...)
+	server, err := workers.NewServer(n.Host(), n.Network(), pool, workers.WithServerLogger(testLogger()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	disp, err := workers.NewDispatcher(cfg, n, pool, workers.WithDispatchLogger(testLogger()),
+		workers.WithSelectionOptions(selection.WithSeed(1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	m := &member{name: spec.name, node: n, pool: pool, server: server, disp: disp, cancel: cancel, done: make(chan struct{}), hits: hits}
+	go func() { defer close(m.done); _ = disp.Run(ctx) }()
+	t.Cleanup(m.stop)
+	return m
+}
+
+// stop shuts the member down: dispatcher, server, pool, node.
+func (m *member) stop() {
+	if m.closed.Swap(true) {
+		return
+	}
+	m.cancel()
+	<-m.done
+	m.server.Close()
+	m.pool.Close()
+	m.node.Close()
+}
+
+// startMesh starts a gateway and members bootstrapped from it, and waits
+// until the gateway's selector ranks every member for workType.
+func startMesh(t testing.TB, workType string, gateway memberSpec, others ...memberSpec) (*member, []*member) {
+	t.Helper()
+	hits := newHitCounter()
+	gw := startMember(t, hits, gateway, nil)
+	ms := make([]*member, len(others))
+	for i, spec := range others {
+		ms[i] = startMember(t, hits, spec, gw)
+	}
+	waitRanked(t, gw, workType, len(others))
+	return gw, ms
+}
+
+// waitRanked waits until the gateway's selector ranks n candidates for
+// workType, all alive.
+func waitRanked(t testing.TB, gw *member, workType string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r := gw.disp.Selector().Ranking(workType)
+		alive := 0
+		for _, x := range r {
+			if x.State == selection.StateAlive {
+				alive++
+			}
+		}
+		if alive >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("gateway ranks %d alive candidates for %s, want %d: %+v", alive, workType, n, r)
+		}
+		select {
+		case <-gw.node.Peers().Changed():
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// submit dispatches one request through the gateway.
+func (m *member) submit(t testing.TB, req workers.WorkRequest) workers.WorkResult {
+	t.Helper()
+	if req.Timeout == 0 {
+		req.Timeout = 5 * time.Second
+	}
+	return m.disp.Dispatch(context.Background(), req)
+}
+
+// peerName maps peer IDs in results back to member names.
+func peerName(ms ...*member) func(string) string {
+	names := map[string]string{workers.LocalWorker: workers.LocalWorker}
+	for _, m := range ms {
+		names[m.node.ID().String()] = m.name
+	}
+	return func(id string) string {
+		if n, ok := names[id]; ok {
+			return n
+		}
+		return id
+	}
+}
+
+func describe(res workers.WorkResult, name func(string) string) string {
+	s := fmt.Sprintf("status %s worker %s error %q attempts:", res.Status, name(res.Worker), res.Error)
+	for _, a := range res.Attempts {
+		s += fmt.Sprintf(" [%s %s %s]", name(a.Peer), a.Outcome, a.Error)
+	}
+	return s
+}
+
+func u64(v uint64) *uint64 { return &v }

@@ -1,0 +1,584 @@
+package workers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+	ma "github.com/multiformats/go-multiaddr"
+	"github.com/sirupsen/logrus"
+
+	"github.com/workmesh/workmesh/config"
+	"github.com/workmesh/workmesh/node"
+	"github.com/workmesh/workmesh/selection"
+)
+
+// DefaultRequestTimeout bounds a request that sets no timeout of its own.
+const DefaultRequestTimeout = 10 * time.Second
+
+// Status is how a dispatched request ended.
+type Status string
+
+// Statuses of a WorkResult.
+const (
+	// StatusOK: a worker did the work.
+	StatusOK Status = "ok"
+	// StatusEmpty: a worker answered with nothing, and that is the answer.
+	StatusEmpty Status = "empty"
+	// StatusFailed: the work failed (a permanent error, or every attempt failed).
+	StatusFailed Status = "failed"
+	// StatusTimeout: the request's deadline passed before any result.
+	StatusTimeout Status = "timeout"
+	// StatusUnavailable: no worker, remote or local, could take the work.
+	StatusUnavailable Status = "unavailable"
+)
+
+// LocalWorker is the name a result gives the local worker.
+const LocalWorker = "local"
+
+// WorkRequest is one submitted request.
+type WorkRequest struct {
+	// ID names the request in results and logs; empty means one is made.
+	ID string
+	// Type is the work type.
+	Type string
+	// Payload is the work's input.
+	Payload []byte
+	// Timeout bounds the whole request; zero means DefaultRequestTimeout.
+	// When larger than worker-timeout it also bounds each remote attempt,
+	// so long work is not cut short by the per-attempt default.
+	Timeout time.Duration
+	// Labels a remote worker must carry.
+	Labels []string
+	// MinHead is the position the request names, if any.
+	MinHead *uint64
+}
+
+// Attempt is one try of a request on one worker.
+type Attempt struct {
+	Peer       string  `json:"peer"`
+	Outcome    string  `json:"outcome"`
+	DurationMS float64 `json:"duration_ms"`
+	Error      string  `json:"error,omitempty"`
+	Group      string  `json:"group,omitempty"`
+	Hedge      bool    `json:"hedge,omitempty"`
+}
+
+// WorkResult is the one terminal result of a request.
+type WorkResult struct {
+	RequestID string
+	Status    Status
+	// Output is the work's output, for StatusOK.
+	Output []byte
+	// Worker is "local" or the peer ID that produced the result.
+	Worker string
+	// Attempts lists every attempt, in the order they ended.
+	Attempts []Attempt
+	// Duration is the time from submission to result.
+	Duration time.Duration
+	// Error says why the request did not succeed.
+	Error string
+	// Explanation says why no (further) remote worker was tried, counted by
+	// reason; set when the request fell back or could not be placed.
+	Explanation string
+}
+
+// Dispatcher sends submitted requests to the best remote worker, chosen by
+// the selection core, and falls back to the local worker. Run keeps the
+// core in step with the network (peer table, liveness polls, ranking).
+type Dispatcher struct {
+	cfg    config.Config
+	node   *node.Node
+	sel    *selection.Selector
+	client *Client
+	pool   *Pool
+	log    logrus.FieldLogger
+	seq    atomic.Uint64
+	prefix string
+}
+
+// DispatcherOption adjusts a Dispatcher.
+type DispatcherOption func(*dispatcherOptions) error
+
+type dispatcherOptions struct {
+	log     logrus.FieldLogger
+	selOpts []selection.Option
+}
+
+// WithDispatchLogger sets the dispatcher's logger.
+func WithDispatchLogger(log logrus.FieldLogger) DispatcherOption {
+	return func(o *dispatcherOptions) error {
+		if log == nil {
+			return errors.New("dispatcher: nil logger")
+		}
+		o.log = log
+		return nil
+	}
+}
+
+// WithSelectionOptions passes options to the selection core (a clock, a seed).
+func WithSelectionOptions(opts ...selection.Option) DispatcherOption {
+	return func(o *dispatcherOptions) error { o.selOpts = append(o.selOpts, opts...); return nil }
+}
+
+// NewDispatcher returns a dispatcher for node n with its local worker pool
+// (nil: no local fallback). Call Run to start its background work.
+func NewDispatcher(cfg config.Config, n *node.Node, pool *Pool, opts ...DispatcherOption) (*Dispatcher, error) {
+	if n == nil {
+		return nil, errors.New("dispatcher: nil node")
+	}
+	o := dispatcherOptions{log: logrus.StandardLogger()}
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			return nil, err
+		}
+	}
+	sel, err := selection.New(cfg, o.selOpts...)
+	if err != nil {
+		return nil, fmt.Errorf("dispatcher: %w", err)
+	}
+	client, err := NewClient(n.Host(), n.Network())
+	if err != nil {
+		return nil, fmt.Errorf("dispatcher: %w", err)
+	}
+	id := n.ID().String()
+	return &Dispatcher{
+		cfg: cfg, node: n, sel: sel, client: client, pool: pool, log: o.log,
+		prefix: id[max(0, len(id)-6):] + "-",
+	}, nil
+}
+
+// Selector returns the selection core the dispatcher drives.
+func (d *Dispatcher) Selector() *selection.Selector { return d.sel }
+
+// attemptResult is what one attempt goroutine reports back.
+type attemptResult struct {
+	pick    selection.Pick
+	outcome selection.Outcome
+	resp    Response
+	err     error
+	dur     time.Duration
+}
+
+// Dispatch runs one request to its one terminal result. It returns only
+// when every attempt it started has ended.
+func (d *Dispatcher) Dispatch(ctx context.Context, req WorkRequest) WorkResult {
+	start := time.Now()
+	if req.ID == "" {
+		req.ID = d.prefix + strconv.FormatUint(d.seq.Add(1), 10)
+	}
+	timeout := req.Timeout
+	if timeout <= 0 {
+		timeout = DefaultRequestTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+
+	sreq := selection.Request{WorkType: req.Type, Labels: req.Labels, Idempotent: idempotent(req.Type)}
+	if req.MinHead != nil {
+		sreq.MinHead, sreq.HasMinHead = *req.MinHead, true
+	}
+	plan := d.sel.Plan(sreq)
+	res := d.remote(ctx, req, plan)
+	if res.Status == "" {
+		res = d.fallback(ctx, req, plan, res)
+	}
+	res.RequestID = req.ID
+	res.Duration = time.Since(start)
+	d.log.WithFields(logrus.Fields{
+		"request_id": req.ID, "work_type": req.Type, "status": res.Status,
+		"worker": res.Worker, "attempts": len(res.Attempts), "duration": res.Duration,
+	}).Debug("request done")
+	return res
+}
+
+// idempotent reports whether a work type may be hedged: the built-in types
+// have no side effects.
+func idempotent(workType string) bool {
+	switch workType {
+	case "echo", "sha256", "sleep":
+		return true
+	}
+	return false
+}
+
+// remote runs the remote attempts of a request. A result with an empty
+// Status means no remote attempt decided it and the fallback may run.
+func (d *Dispatcher) remote(ctx context.Context, req WorkRequest, plan *selection.Plan) (res WorkResult) {
+	actx, cancelAttempts := context.WithCancel(ctx)
+	// Every attempt is a distinct peer, so max-remote-workers bounds them:
+	// an attempt never blocks on sending its result.
+	results := make(chan attemptResult, d.cfg.Worker.MaxRemoteWorkers+1)
+	var wg sync.WaitGroup
+	inflight := 0
+	launch := func(pk selection.Pick) {
+		inflight++
+		wg.Go(func() { results <- d.attempt(actx, req, pk) })
+		// Dial the next candidates now, so that dead ones cost one connect
+		// timeout in parallel, not one after another.
+		for _, id := range plan.Upcoming(d.cfg.Worker.MaxRemoteWorkers) {
+			wg.Go(func() { _ = d.connect(actx, id) })
+		}
+	}
+	defer func() {
+		cancelAttempts()
+		wg.Wait()
+		close(results)
+		for r := range results { // attempts cut short by the decision
+			plan.Report(r.pick, selection.Cancelled, r.dur)
+			res.Attempts = append(res.Attempts, attemptOf(r, selection.Cancelled))
+		}
+	}()
+
+	if pk, ok := plan.Next(); ok {
+		launch(pk)
+	}
+	var hedgeC, retryC <-chan time.Time
+	armHedge := func() {
+		if d.cfg.Hedge.MaxCount > 0 {
+			hedgeC = time.After(plan.HedgeDelay())
+		}
+	}
+	if inflight > 0 {
+		armHedge()
+	}
+	for inflight > 0 || retryC != nil {
+		select {
+		case r := <-results:
+			inflight--
+			v := plan.Report(r.pick, r.outcome, r.dur)
+			res.Attempts = append(res.Attempts, attemptOf(r, r.outcome))
+			switch v {
+			case selection.Done:
+				return decided(r, res)
+			case selection.Retry:
+				retryC = time.After(d.cfg.Worker.RetryDelay)
+			}
+		case <-retryC:
+			retryC = nil
+			if pk, ok := plan.Next(); ok {
+				launch(pk)
+				armHedge()
+			}
+		case <-hedgeC:
+			hedgeC = nil
+			if pk, ok := plan.Hedge(); ok {
+				launch(pk)
+				armHedge()
+			}
+		case <-ctx.Done():
+			res.Status = StatusTimeout
+			res.Error = fmt.Sprintf("no result within %s", requestTimeout(req))
+			return res
+		}
+	}
+	if plan.BeyondHead() && len(res.Attempts) > 0 {
+		// The one attempt beyond every head failed: no sweep, no fallback.
+		res.Status = StatusFailed
+		res.Error = "the only attempt beyond every head failed: " + lastError(res.Attempts)
+		return res
+	}
+	res.Explanation = plan.Explain().String()
+	return res
+}
+
+// decided turns the deciding attempt into the request's result.
+func decided(r attemptResult, res WorkResult) WorkResult {
+	res.Worker = r.pick.Peer
+	switch r.outcome {
+	case selection.Success:
+		res.Status, res.Output = StatusOK, r.resp.Output
+	case selection.Empty:
+		res.Status = StatusEmpty
+	default:
+		res.Status, res.Error = StatusFailed, r.resp.Error
+	}
+	return res
+}
+
+// fallback runs the request on the local worker when no remote attempt
+// decided it and the plan allows it.
+func (d *Dispatcher) fallback(ctx context.Context, req WorkRequest, plan *selection.Plan, res WorkResult) WorkResult {
+	local := d.pool != nil
+	if local {
+		_, local = d.pool.Registry().Get(req.Type)
+	}
+	if !plan.FallbackAllowed() || !local {
+		why := res.Explanation
+		if !local {
+			why += "; the local worker does not serve " + req.Type
+		}
+		if len(res.Attempts) > 0 {
+			res.Status = StatusFailed
+			res.Error = "every attempt failed (last: " + lastError(res.Attempts) + "); " + why
+		} else {
+			res.Status = StatusUnavailable
+			res.Error = "no worker could take the work: " + why
+		}
+		return res
+	}
+	for spawn := 1; ; spawn++ {
+		start := time.Now()
+		r := d.pool.Submit(ctx, req.Type, req.Payload)
+		res.Attempts = append(res.Attempts, Attempt{
+			Peer: LocalWorker, Outcome: r.Outcome.String(), Error: r.Error,
+			DurationMS: ms(time.Since(start)),
+		})
+		if r.Outcome == Busy && spawn < d.cfg.Worker.MaxSpawnAttempts && ctx.Err() == nil {
+			t := time.NewTimer(d.cfg.Worker.RetryDelay)
+			select {
+			case <-t.C:
+				continue
+			case <-ctx.Done():
+				t.Stop()
+			}
+		}
+		res.Worker = LocalWorker
+		switch {
+		case r.Outcome == Success:
+			res.Status, res.Output = StatusOK, r.Output
+		case r.Outcome == Empty:
+			res.Status = StatusEmpty
+		case ctx.Err() != nil:
+			res.Status, res.Error = StatusTimeout, fmt.Sprintf("no result within %s", requestTimeout(req))
+		default:
+			res.Status, res.Error = StatusFailed, r.Error
+		}
+		return res
+	}
+}
+
+// attempt runs one remote attempt: connect within connect-timeout, then the
+// work protocol within the attempt's deadline.
+func (d *Dispatcher) attempt(ctx context.Context, req WorkRequest, pk selection.Pick) attemptResult {
+	start := time.Now()
+	r := attemptResult{pick: pk}
+	id, err := peer.Decode(pk.Peer)
+	if err != nil {
+		r.outcome, r.err, r.dur = selection.Permanent, fmt.Errorf("peer %q: %w", pk.Peer, err), time.Since(start)
+		return r
+	}
+	if err := d.connect(ctx, pk.Peer); err != nil {
+		r.outcome, r.err, r.dur = selection.Unreachable, err, time.Since(start)
+		if ctx.Err() != nil {
+			r.outcome = selection.Cancelled
+		}
+		return r
+	}
+	per := max(d.cfg.Worker.WorkerTimeout, req.Timeout)
+	actx, cancel := context.WithTimeout(ctx, per)
+	defer cancel()
+	resp, err := d.client.Do(actx, id, Request{
+		ID: req.ID, Type: req.Type, Payload: req.Payload,
+		AcceptTimeout: d.cfg.Worker.WorkerResponseTimeout,
+	})
+	r.dur = time.Since(start)
+	r.resp, r.err = resp, err
+	switch {
+	case err != nil && ctx.Err() != nil:
+		r.outcome = selection.Cancelled // the request ended, or was decided elsewhere
+	case errors.Is(err, ErrAcceptTimeout):
+		r.outcome = selection.Unreachable
+	case err != nil:
+		r.outcome = selection.Retryable
+	default:
+		r.outcome = outcomeOf(resp.Outcome)
+	}
+	return r
+}
+
+// connect makes sure there is a connection to the peer, dialing it within
+// connect-timeout when there is none.
+func (d *Dispatcher) connect(ctx context.Context, id string) error {
+	pid, err := peer.Decode(id)
+	if err != nil {
+		return err
+	}
+	h := d.node.Host()
+	if h.Network().Connectedness(pid) == network.Connected {
+		return nil
+	}
+	info := peer.AddrInfo{ID: pid}
+	if pi, ok := d.node.Peers().Get(pid); ok {
+		for _, a := range pi.Data.Addrs {
+			if m, err := ma.NewMultiaddr(a); err == nil {
+				info.Addrs = append(info.Addrs, m)
+			}
+		}
+	}
+	cctx, cancel := context.WithTimeout(ctx, d.cfg.Worker.ConnectTimeout)
+	defer cancel()
+	if err := h.Connect(cctx, info); err != nil {
+		return fmt.Errorf("connect %s within %s: %w", id, d.cfg.Worker.ConnectTimeout, err)
+	}
+	return nil
+}
+
+// outcomeOf maps a worker's outcome to the selection core's.
+func outcomeOf(o Outcome) selection.Outcome {
+	switch o {
+	case Success:
+		return selection.Success
+	case Empty:
+		return selection.Empty
+	case PermanentError:
+		return selection.Permanent
+	case Busy:
+		return selection.Busy
+	}
+	// Retryable errors, and Unsupported or Denied: final for this worker
+	// only, so another may serve.
+	return selection.Retryable
+}
+
+func attemptOf(r attemptResult, o selection.Outcome) Attempt {
+	a := Attempt{Peer: r.pick.Peer, Outcome: o.String(), DurationMS: ms(r.dur), Group: r.pick.Group, Hedge: r.pick.Hedge}
+	switch {
+	case r.err != nil:
+		a.Error = r.err.Error()
+	case r.resp.Error != "":
+		a.Error = r.resp.Error
+	}
+	return a
+}
+
+func lastError(as []Attempt) string {
+	for i := len(as) - 1; i >= 0; i-- {
+		if as[i].Error != "" {
+			return as[i].Peer + ": " + as[i].Error
+		}
+	}
+	return "no error recorded"
+}
+
+func requestTimeout(req WorkRequest) time.Duration {
+	if req.Timeout > 0 {
+		return req.Timeout
+	}
+	return DefaultRequestTimeout
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// Run keeps the selection core in step with the network until ctx ends: it
+// feeds the peer table's changes to the selector, polls peers' health as
+// liveness asks (which is also how unreachable peers are redialed), and
+// refreshes the ranking. It returns when ctx ends and every poll it started
+// has stopped.
+func (d *Dispatcher) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	const tick = 50 * time.Millisecond
+	ticker := time.NewTicker(tick)
+	defer ticker.Stop()
+	table := d.node.Peers()
+	changed := table.Changed()
+	d.syncPeers()
+	dirty := false
+	var mu sync.Mutex
+	polling := map[string]bool{}
+	sem := make(chan struct{}, 16) // polls in flight at once
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-changed:
+			changed = table.Changed()
+			dirty = true
+		case <-ticker.C:
+			if dirty {
+				dirty = false
+				d.syncPeers()
+			}
+			d.sel.MaybeRefresh()
+			for _, id := range d.sel.Liveness().Due() {
+				mu.Lock()
+				busy := polling[id]
+				polling[id] = true
+				mu.Unlock()
+				if busy {
+					continue
+				}
+				select {
+				case sem <- struct{}{}:
+				case <-ctx.Done():
+					return nil
+				}
+				wg.Go(func() {
+					defer func() { <-sem }()
+					d.poll(ctx, id)
+					mu.Lock()
+					delete(polling, id)
+					mu.Unlock()
+				})
+			}
+		}
+	}
+}
+
+// poll pings one peer over the health protocol and reports the result to
+// liveness.
+func (d *Dispatcher) poll(ctx context.Context, id string) {
+	pid, err := peer.Decode(id)
+	if err != nil {
+		return
+	}
+	timeout := d.cfg.Worker.ConnectTimeout
+	if pi := d.cfg.Liveness.PollInterval; pi > 0 && pi < timeout {
+		timeout = pi
+	}
+	pctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if err := d.connect(pctx, id); err == nil {
+		_, _, err = d.node.Ping(pctx, pid)
+	}
+	if ctx.Err() != nil {
+		return // shutting down: not the peer's fault
+	}
+	d.report(id, err == nil, err)
+}
+
+func (d *Dispatcher) report(id string, ok bool, err error) {
+	t, changed := d.sel.Liveness().Report(id, ok)
+	if !changed {
+		return
+	}
+	f := d.log.WithFields(logrus.Fields{"peer": id, "from": t.From.String(), "to": t.To.String()})
+	if err != nil {
+		f = f.WithError(err)
+	}
+	f.Info("peer liveness changed")
+}
+
+// syncPeers hands the peer table's fresh peers to the selector.
+func (d *Dispatcher) syncPeers() {
+	infos := d.node.Peers().Peers()
+	peers := make([]selection.Peer, 0, len(infos))
+	for _, pi := range infos {
+		peers = append(peers, peerOf(pi))
+	}
+	d.sel.SetPeers(peers)
+}
+
+// peerOf converts a peer table entry to a selection candidate.
+func peerOf(pi node.PeerInfo) selection.Peer {
+	nd := pi.Data
+	p := selection.Peer{ID: nd.PeerID.String(), Labels: nd.Labels}
+	for _, wt := range nd.WorkTypes {
+		t := selection.TypeInfo{Name: wt.Name}
+		if wt.Head != nil {
+			t.Head, t.HasHead = *wt.Head, true
+		}
+		p.Types = append(p.Types, t)
+	}
+	if c := nd.Capacity.MaxConcurrent + nd.Capacity.QueueSize; c > 0 {
+		p.Load = float64(nd.Load.InFlight+nd.Load.Queued) / float64(c)
+	}
+	return p
+}

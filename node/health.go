@@ -86,7 +86,7 @@ func (n *Node) handleHealth(s network.Stream) {
 		n.log.WithField("peer", s.Conn().RemotePeer().String()).Debugf("health: bad request: %v", err)
 		return
 	}
-	if n.healthFault != nil && n.healthFault() {
+	if n.healthFault != nil && n.healthFault(s.Conn().RemotePeer()) {
 		err = errHealthFault
 		return
 	}

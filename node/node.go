@@ -67,7 +67,7 @@ type options struct {
 	gossipOpts []lpubsub.Option
 	// healthFault, when set and returning true, makes the node drop a
 	// health ping unanswered (fault injection for resilience drills).
-	healthFault func() bool
+	healthFault func(from peer.ID) bool
 }
 
 // WithLogger sets the logger; the default is the standard logrus logger.
@@ -106,8 +106,9 @@ func WithLocalState(s LocalState) Option {
 
 // WithHealthFault makes the node drop each health ping for which fail
 // returns true: the stream is reset unanswered, as a grey peer would. It is
-// for resilience drills and tests of liveness; fail is called once per ping.
-func WithHealthFault(fail func() bool) Option {
+// for resilience drills and tests of liveness; fail is called once per ping
+// with the pinging peer.
+func WithHealthFault(fail func(from peer.ID) bool) Option {
 	return func(o *options) error {
 		if fail == nil {
 			return errors.New("node: nil health fault")
@@ -204,7 +205,7 @@ type Node struct {
 	key     crypto.PrivKey
 	state   LocalState
 	// healthFault drops health pings on purpose; see WithHealthFault.
-	healthFault func() bool
+	healthFault func(from peer.ID) bool
 	start       time.Time
 
 	host   host.Host

@@ -216,14 +216,15 @@ func (d *Dispatcher) remote(ctx context.Context, req WorkRequest, plan *selectio
 	// an attempt never blocks on sending its result.
 	results := make(chan attemptResult, d.cfg.Worker.MaxRemoteWorkers+1)
 	var wg sync.WaitGroup
+	dials := &dials{d: d, ctx: actx, wg: &wg, calls: map[string]*dialCall{}}
 	inflight := 0
 	launch := func(pk selection.Pick) {
 		inflight++
-		wg.Go(func() { results <- d.attempt(actx, req, pk) })
+		wg.Go(func() { results <- d.attempt(actx, req, pk, dials) })
 		// Dial the next candidates now, so that dead ones cost one connect
 		// timeout in parallel, not one after another.
 		for _, id := range plan.Upcoming(d.cfg.Worker.MaxRemoteWorkers) {
-			wg.Go(func() { _ = d.connect(actx, id) })
+			dials.start(id)
 		}
 	}
 	defer func() {
@@ -356,7 +357,7 @@ func (d *Dispatcher) fallback(ctx context.Context, req WorkRequest, plan *select
 
 // attempt runs one remote attempt: connect within connect-timeout, then the
 // work protocol within the attempt's deadline.
-func (d *Dispatcher) attempt(ctx context.Context, req WorkRequest, pk selection.Pick) attemptResult {
+func (d *Dispatcher) attempt(ctx context.Context, req WorkRequest, pk selection.Pick, dials *dials) attemptResult {
 	start := time.Now()
 	r := attemptResult{pick: pk}
 	id, err := peer.Decode(pk.Peer)
@@ -364,7 +365,7 @@ func (d *Dispatcher) attempt(ctx context.Context, req WorkRequest, pk selection.
 		r.outcome, r.err, r.dur = selection.Permanent, fmt.Errorf("peer %q: %w", pk.Peer, err), time.Since(start)
 		return r
 	}
-	if err := d.connect(ctx, pk.Peer); err != nil {
+	if err := dials.wait(ctx, pk.Peer); err != nil {
 		r.outcome, r.err, r.dur = selection.Unreachable, err, time.Since(start)
 		if ctx.Err() != nil {
 			r.outcome = selection.Cancelled
@@ -391,6 +392,48 @@ func (d *Dispatcher) attempt(ctx context.Context, req WorkRequest, pk selection.
 		r.outcome = outcomeOf(resp.Outcome)
 	}
 	return r
+}
+
+// dials holds the dials of one request, so that a peer dialed ahead is not
+// dialed again by its attempt: the attempt waits for the dial in progress.
+type dials struct {
+	d     *Dispatcher
+	ctx   context.Context
+	wg    *sync.WaitGroup
+	mu    sync.Mutex
+	calls map[string]*dialCall
+}
+
+type dialCall struct {
+	done chan struct{}
+	err  error
+}
+
+// start dials id unless a dial of it already started in this request.
+func (ds *dials) start(id string) *dialCall {
+	ds.mu.Lock()
+	defer ds.mu.Unlock()
+	if c := ds.calls[id]; c != nil {
+		return c
+	}
+	c := &dialCall{done: make(chan struct{})}
+	ds.calls[id] = c
+	ds.wg.Go(func() {
+		c.err = ds.d.connect(ds.ctx, id)
+		close(c.done)
+	})
+	return c
+}
+
+// wait returns the result of the request's dial of id, starting it if needed.
+func (ds *dials) wait(ctx context.Context, id string) error {
+	c := ds.start(id)
+	select {
+	case <-c.done:
+		return c.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // connect makes sure there is a connection to the peer, dialing it within
@@ -535,7 +578,7 @@ func (d *Dispatcher) poll(ctx context.Context, id string) {
 	}
 	pctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	if err := d.connect(pctx, id); err == nil {
+	if err = d.connect(pctx, id); err == nil {
 		_, _, err = d.node.Ping(pctx, pid)
 	}
 	if ctx.Err() != nil {

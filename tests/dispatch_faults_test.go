@@ -194,19 +194,19 @@ func TestDispatch_GreyWorkerEjected(t *testing.T) {
 	ejected := make(chan struct{})
 	var once sync.Once
 	live.OnTransition(func(tr selection.Transition) {
-		if tr.Peer == bad.node.ID().String() && tr.To == selection.StateUnreachable {
+		if tr.Peer == string(bad.node.ID()) && tr.To == selection.StateUnreachable {
 			once.Do(func() { close(ejected) })
 		}
 	})
 	start := time.Now()
-	if live.State(bad.node.ID().String()) != selection.StateUnreachable {
+	if live.State(string(bad.node.ID())) != selection.StateUnreachable {
 		select {
 		case <-ejected:
 		case <-time.After(40 * poll):
 			mu.Lock()
 			n := pings
 			mu.Unlock()
-			t.Fatalf("grey worker still %s after %s and %d pings", live.State(bad.node.ID().String()), time.Since(start), n)
+			t.Fatalf("grey worker still %s after %s and %d pings", live.State(string(bad.node.ID())), time.Since(start), n)
 		}
 	}
 	t.Logf("grey worker unreachable after %s", time.Since(start))

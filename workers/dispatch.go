@@ -101,6 +101,7 @@ type Dispatcher struct {
 	log    logrus.FieldLogger
 	seq    atomic.Uint64
 	prefix string
+	debug  bool // whether the logger takes debug lines (fields cost allocations)
 }
 
 // DispatcherOption adjusts a Dispatcher.
@@ -148,9 +149,13 @@ func NewDispatcher(cfg config.Config, n *node.Node, pool *Pool, opts ...Dispatch
 		return nil, fmt.Errorf("dispatcher: %w", err)
 	}
 	id := n.ID().String()
+	debug := true
+	if l, ok := o.log.(interface{ IsLevelEnabled(logrus.Level) bool }); ok {
+		debug = l.IsLevelEnabled(logrus.DebugLevel)
+	}
 	return &Dispatcher{
 		cfg: cfg, node: n, sel: sel, client: client, pool: pool, log: o.log,
-		prefix: id[max(0, len(id)-6):] + "-",
+		prefix: id[max(0, len(id)-6):] + "-", debug: debug,
 	}, nil
 }
 
@@ -191,6 +196,9 @@ func (d *Dispatcher) Dispatch(ctx context.Context, req WorkRequest) WorkResult {
 	}
 	res.RequestID = req.ID
 	res.Duration = time.Since(start)
+	if !d.debug {
+		return res
+	}
 	d.log.WithFields(logrus.Fields{
 		"request_id": req.ID, "work_type": req.Type, "status": res.Status,
 		"worker": res.Worker, "attempts": len(res.Attempts), "duration": res.Duration,
@@ -211,12 +219,15 @@ func idempotent(workType string) bool {
 // remote runs the remote attempts of a request. A result with an empty
 // Status means no remote attempt decided it and the fallback may run.
 func (d *Dispatcher) remote(ctx context.Context, req WorkRequest, plan *selection.Plan) (res WorkResult) {
+	if d.cfg.Hedge.MaxCount == 0 || !idempotent(req.Type) || plan.BeyondHead() {
+		return d.sequential(ctx, req, plan)
+	}
 	actx, cancelAttempts := context.WithCancel(ctx)
 	// Every attempt is a distinct peer, so max-remote-workers bounds them:
 	// an attempt never blocks on sending its result.
 	results := make(chan attemptResult, d.cfg.Worker.MaxRemoteWorkers+1)
 	var wg sync.WaitGroup
-	dials := &dials{d: d, ctx: actx, wg: &wg, calls: map[string]*dialCall{}}
+	dials := &dials{d: d, parent: actx, wg: &wg}
 	inflight := 0
 	launch := func(pk selection.Pick) {
 		inflight++
@@ -289,9 +300,60 @@ func (d *Dispatcher) remote(ctx context.Context, req WorkRequest, plan *selectio
 	return res
 }
 
+// sequential runs the remote attempts of a request one after another, in
+// the dispatching goroutine: without hedges nothing runs concurrently but
+// the dials ahead, so the common path costs no goroutine hand-offs.
+func (d *Dispatcher) sequential(ctx context.Context, req WorkRequest, plan *selection.Plan) (res WorkResult) {
+	var wg sync.WaitGroup
+	dials := &dials{d: d, parent: ctx, wg: &wg}
+	defer func() {
+		dials.cancel()
+		wg.Wait()
+	}()
+	for {
+		pk, ok := plan.Next()
+		if !ok {
+			break
+		}
+		for _, id := range plan.Upcoming(d.cfg.Worker.MaxRemoteWorkers) {
+			dials.start(id)
+		}
+		r := d.attempt(ctx, req, pk, dials)
+		v := plan.Report(pk, r.outcome, r.dur)
+		res.Attempts = append(res.Attempts, attemptOf(r, r.outcome))
+		if ctx.Err() != nil && v != selection.Done {
+			res.Status = StatusTimeout
+			res.Error = fmt.Sprintf("no result within %s", requestTimeout(req))
+			return res
+		}
+		if v == selection.Done {
+			return decided(r, res)
+		}
+		if v != selection.Retry {
+			break
+		}
+		if d.cfg.Worker.RetryDelay > 0 {
+			t := time.NewTimer(d.cfg.Worker.RetryDelay)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+			}
+		}
+	}
+	if plan.BeyondHead() && len(res.Attempts) > 0 {
+		// The one attempt beyond every head failed: no sweep, no fallback.
+		res.Status = StatusFailed
+		res.Error = "the only attempt beyond every head failed: " + lastError(res.Attempts)
+		return res
+	}
+	res.Explanation = plan.Explain().String()
+	return res
+}
+
 // decided turns the deciding attempt into the request's result.
 func decided(r attemptResult, res WorkResult) WorkResult {
-	res.Worker = r.pick.Peer
+	res.Worker = peer.ID(r.pick.Peer).String()
 	switch r.outcome {
 	case selection.Success:
 		res.Status, res.Output = StatusOK, r.resp.Output
@@ -360,11 +422,7 @@ func (d *Dispatcher) fallback(ctx context.Context, req WorkRequest, plan *select
 func (d *Dispatcher) attempt(ctx context.Context, req WorkRequest, pk selection.Pick, dials *dials) attemptResult {
 	start := time.Now()
 	r := attemptResult{pick: pk}
-	id, err := peer.Decode(pk.Peer)
-	if err != nil {
-		r.outcome, r.err, r.dur = selection.Permanent, fmt.Errorf("peer %q: %w", pk.Peer, err), time.Since(start)
-		return r
-	}
+	id := peer.ID(pk.Peer)
 	if err := dials.wait(ctx, pk.Peer); err != nil {
 		r.outcome, r.err, r.dur = selection.Unreachable, err, time.Since(start)
 		if ctx.Err() != nil {
@@ -372,9 +430,13 @@ func (d *Dispatcher) attempt(ctx context.Context, req WorkRequest, pk selection.
 		}
 		return r
 	}
+	actx := ctx
 	per := max(d.cfg.Worker.WorkerTimeout, req.Timeout)
-	actx, cancel := context.WithTimeout(ctx, per)
-	defer cancel()
+	if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > per {
+		var cancel context.CancelFunc
+		actx, cancel = context.WithTimeout(ctx, per)
+		defer cancel()
+	}
 	resp, err := d.client.Do(actx, id, Request{
 		ID: req.ID, Type: req.Type, Payload: req.Payload,
 		AcceptTimeout: d.cfg.Worker.WorkerResponseTimeout,
@@ -397,11 +459,22 @@ func (d *Dispatcher) attempt(ctx context.Context, req WorkRequest, pk selection.
 // dials holds the dials of one request, so that a peer dialed ahead is not
 // dialed again by its attempt: the attempt waits for the dial in progress.
 type dials struct {
-	d     *Dispatcher
-	ctx   context.Context
-	wg    *sync.WaitGroup
-	mu    sync.Mutex
-	calls map[string]*dialCall
+	d      *Dispatcher
+	parent context.Context
+	wg     *sync.WaitGroup
+	mu     sync.Mutex
+	ctx    context.Context // made at the first dial; cancelled by cancel
+	stop   context.CancelFunc
+	calls  map[string]*dialCall
+}
+
+// cancel stops the dials still under way.
+func (ds *dials) cancel() {
+	ds.mu.Lock()
+	defer ds.mu.Unlock()
+	if ds.stop != nil {
+		ds.stop()
+	}
 }
 
 type dialCall struct {
@@ -417,6 +490,10 @@ func (ds *dials) start(id string) *dialCall {
 		return c
 	}
 	c := &dialCall{done: make(chan struct{})}
+	if ds.calls == nil {
+		ds.calls = make(map[string]*dialCall)
+		ds.ctx, ds.stop = context.WithCancel(ds.parent)
+	}
 	ds.calls[id] = c
 	ds.wg.Go(func() {
 		c.err = ds.d.connect(ds.ctx, id)
@@ -427,6 +504,9 @@ func (ds *dials) start(id string) *dialCall {
 
 // wait returns the result of the request's dial of id, starting it if needed.
 func (ds *dials) wait(ctx context.Context, id string) error {
+	if ds.d.node.Host().Network().Connectedness(peer.ID(id)) == network.Connected {
+		return nil // the common case: no dial, no goroutine
+	}
 	c := ds.start(id)
 	select {
 	case <-c.done:
@@ -439,10 +519,7 @@ func (ds *dials) wait(ctx context.Context, id string) error {
 // connect makes sure there is a connection to the peer, dialing it within
 // connect-timeout when there is none.
 func (d *Dispatcher) connect(ctx context.Context, id string) error {
-	pid, err := peer.Decode(id)
-	if err != nil {
-		return err
-	}
+	pid := peer.ID(id)
 	h := d.node.Host()
 	if h.Network().Connectedness(pid) == network.Connected {
 		return nil
@@ -458,7 +535,7 @@ func (d *Dispatcher) connect(ctx context.Context, id string) error {
 	cctx, cancel := context.WithTimeout(ctx, d.cfg.Worker.ConnectTimeout)
 	defer cancel()
 	if err := h.Connect(cctx, info); err != nil {
-		return fmt.Errorf("connect %s within %s: %w", id, d.cfg.Worker.ConnectTimeout, err)
+		return fmt.Errorf("connect %s within %s: %w", pid, d.cfg.Worker.ConnectTimeout, err)
 	}
 	return nil
 }
@@ -481,7 +558,7 @@ func outcomeOf(o Outcome) selection.Outcome {
 }
 
 func attemptOf(r attemptResult, o selection.Outcome) Attempt {
-	a := Attempt{Peer: r.pick.Peer, Outcome: o.String(), DurationMS: ms(r.dur), Group: r.pick.Group, Hedge: r.pick.Hedge}
+	a := Attempt{Peer: peer.ID(r.pick.Peer).String(), Outcome: o.String(), DurationMS: ms(r.dur), Group: r.pick.Group, Hedge: r.pick.Hedge}
 	switch {
 	case r.err != nil:
 		a.Error = r.err.Error()
@@ -568,10 +645,8 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 // poll pings one peer over the health protocol and reports the result to
 // liveness.
 func (d *Dispatcher) poll(ctx context.Context, id string) {
-	pid, err := peer.Decode(id)
-	if err != nil {
-		return
-	}
+	pid := peer.ID(id)
+	var err error
 	timeout := d.cfg.Worker.ConnectTimeout
 	if pi := d.cfg.Liveness.PollInterval; pi > 0 && pi < timeout {
 		timeout = pi
@@ -592,7 +667,7 @@ func (d *Dispatcher) report(id string, ok bool, err error) {
 	if !changed {
 		return
 	}
-	f := d.log.WithFields(logrus.Fields{"peer": id, "from": t.From.String(), "to": t.To.String()})
+	f := d.log.WithFields(logrus.Fields{"peer": peer.ID(id).String(), "from": t.From.String(), "to": t.To.String()})
 	if err != nil {
 		f = f.WithError(err)
 	}
@@ -612,7 +687,9 @@ func (d *Dispatcher) syncPeers() {
 // peerOf converts a peer table entry to a selection candidate.
 func peerOf(pi node.PeerInfo) selection.Peer {
 	nd := pi.Data
-	p := selection.Peer{ID: nd.PeerID.String(), Labels: nd.Labels}
+	// Candidates carry the peer ID's raw bytes: turning them back into a
+	// peer.ID costs nothing on the request path.
+	p := selection.Peer{ID: string(nd.PeerID), Labels: nd.Labels}
 	for _, wt := range nd.WorkTypes {
 		t := selection.TypeInfo{Name: wt.Name}
 		if wt.Head != nil {

@@ -1,0 +1,84 @@
+package tests
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"testing"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/network"
+
+	"github.com/workmesh/workmesh/workers"
+)
+
+const bareEchoProtocol = "/workmesh-bench/echo/1.0.0"
+
+// BenchmarkDispatchEchoVsBareStream compares, on the same two hosts and in
+// the same run, a remote echo through the full dispatch path (dispatcher,
+// selection plan, work protocol; no HTTP) with a bare libp2p stream echo of
+// the same payload. The two alternate so that load on a shared machine hits
+// both alike. Goal: dispatch median at most 1.25x the bare median.
+func BenchmarkDispatchEchoVsBareStream(b *testing.B) {
+	hits := newHitCounter()
+	gw := startMember(b, hits, memberSpec{name: "gateway"}, nil)
+	w := startMember(b, hits, memberSpec{name: "worker", handlers: map[string]workers.Handler{
+		"echo": workers.HandlerFunc(func(_ context.Context, p []byte) workers.Result { return workers.OK(p) }),
+	}}, gw)
+	waitRanked(b, gw, "echo", 1)
+	w.node.Host().SetStreamHandler(bareEchoProtocol, func(s network.Stream) {
+		buf, err := io.ReadAll(io.LimitReader(s, 1<<20))
+		if err != nil {
+			s.Reset()
+			return
+		}
+		if _, err := s.Write(buf); err != nil {
+			s.Reset()
+			return
+		}
+		s.Close()
+	})
+	payload := bytes.Repeat([]byte("x"), 256)
+	ctx := context.Background()
+	bare := func() time.Duration {
+		start := time.Now()
+		s, err := gw.node.Host().NewStream(ctx, w.node.ID(), bareEchoProtocol)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := s.Write(payload); err != nil {
+			b.Fatal(err)
+		}
+		s.CloseWrite()
+		got, err := io.ReadAll(s)
+		if err != nil || len(got) != len(payload) {
+			b.Fatalf("bare echo: %d bytes, %v", len(got), err)
+		}
+		s.Close()
+		return time.Since(start)
+	}
+	dispatch := func() time.Duration {
+		start := time.Now()
+		res := gw.disp.Dispatch(ctx, workers.WorkRequest{Type: "echo", Payload: payload, Timeout: 5 * time.Second})
+		if res.Status != workers.StatusOK || res.Worker != w.node.ID().String() || len(res.Output) != len(payload) {
+			b.Fatalf("dispatch: %s", describe(res, peerName(gw, w)))
+		}
+		return time.Since(start)
+	}
+	for range 50 { // warm up connections, streams and the rating
+		bare()
+		dispatch()
+	}
+	var bareTimes, dispatchTimes []time.Duration
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		bareTimes = append(bareTimes, bare())
+		dispatchTimes = append(dispatchTimes, dispatch())
+	}
+	b.StopTimer()
+	mb, md := median(bareTimes), median(dispatchTimes)
+	b.ReportMetric(float64(md.Microseconds()), "dispatch-median-us")
+	b.ReportMetric(float64(mb.Microseconds()), "bare-median-us")
+	b.ReportMetric(float64(md)/float64(mb), "ratio")
+}

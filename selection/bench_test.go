@@ -8,7 +8,11 @@ import (
 
 // benchPeers returns n candidates split over three labelled groups, with
 // some outcomes recorded so that most are rated.
-func benchSelector(b *testing.B, n int) *Selector {
+func benchSelector(b *testing.B, n int) *Selector { return benchSelectorTypes(b, n, 2) }
+
+// benchSelectorTypes is benchSelector with each peer serving types work
+// types (1 or 2).
+func benchSelectorTypes(b *testing.B, n, types int) *Selector {
 	b.Helper()
 	cfg := testConfig()
 	cfg.LabelBalancing = labelBalancing(false, true, "full", "archive", "fast")
@@ -18,7 +22,7 @@ func benchSelector(b *testing.B, n int) *Selector {
 		peers[i] = Peer{
 			ID:     fmt.Sprintf("12D3KooW%040d", i),
 			Labels: labels[i%len(labels)],
-			Types:  []TypeInfo{{Name: "sha256"}, {Name: "block", Head: uint64(1000 + i%7), HasHead: true}},
+			Types:  []TypeInfo{{Name: "sha256"}, {Name: "block", Head: uint64(1000 + i%7), HasHead: true}}[:types],
 			Load:   float64(i%10) / 10,
 		}
 	}
@@ -60,12 +64,17 @@ func BenchmarkPlanFirstPick(b *testing.B) {
 }
 
 // BenchmarkRankRefresh measures rebuilding the ranking snapshot, off the
-// request path, at 10,000 peers with two work types each.
+// request path, at 10,000 peers serving one work type each (the goal's
+// case) and two each (twice the entries).
 func BenchmarkRankRefresh(b *testing.B) {
-	s := benchSelector(b, 10000)
-	b.ReportAllocs()
-	b.ResetTimer()
-	for b.Loop() {
-		s.Refresh()
+	for _, types := range []int{1, 2} {
+		b.Run(fmt.Sprintf("peers=10000/types=%d", types), func(b *testing.B) {
+			s := benchSelectorTypes(b, 10000, types)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				s.Refresh()
+			}
+		})
 	}
 }

@@ -2,6 +2,7 @@ package selection
 
 import (
 	"cmp"
+	"math"
 	"fmt"
 	"slices"
 	"sync"
@@ -243,19 +244,33 @@ func (s *Selector) Refresh() {
 	s.lastRefresh = now
 
 	// One slab of entries per refresh: a peer has one entry per work type.
+	// Each entry's type is looked up once, as a small index.
 	total := 0
-	perType := make(map[string]int)
 	for _, p := range s.peers {
 		total += len(p.Types)
+	}
+	typeIdx := make(map[string]int32)
+	var names []string
+	var counts []int
+	entryType := make([]int32, 0, total)
+	for _, p := range s.peers {
 		for _, t := range p.Types {
-			perType[t.Name]++
+			ti, ok := typeIdx[t.Name]
+			if !ok {
+				ti = int32(len(names))
+				typeIdx[t.Name] = ti
+				names = append(names, t.Name)
+				counts = append(counts, 0)
+			}
+			counts[ti]++
+			entryType = append(entryType, ti)
 		}
 	}
 	views := make([]view, len(s.peers))
 	slab := make([]entry, 0, total)
-	byType := make(map[string][]*entry, len(perType))
-	for name, n := range perType {
-		byType[name] = make([]*entry, 0, n)
+	lists := make([][]*entry, len(names))
+	for ti, n := range counts {
+		lists[ti] = make([]*entry, 0, n)
 	}
 	for i, p := range s.peers {
 		views[i] = s.pstats[i].read(now, s.cfg.Rating.Window)
@@ -264,13 +279,14 @@ func (s *Selector) Refresh() {
 				id: p.ID, labels: p.Labels, head: t.Head, hasHead: t.HasHead,
 				load: p.Load, health: s.phealth[i], stats: s.pstats[i], idx: int32(i),
 			})
-			byType[t.Name] = append(byType[t.Name], &slab[len(slab)-1])
+			ti := entryType[len(slab)-1]
+			lists[ti] = append(lists[ti], &slab[len(slab)-1])
 		}
 	}
 	s.views = views
-	snap := &snapshot{types: make(map[string]*typeView, len(byType)), at: now}
-	for name, entries := range byType {
-		snap.types[name] = s.buildView(name, entries)
+	snap := &snapshot{types: make(map[string]*typeView, len(names)), at: now}
+	for ti, name := range names {
+		snap.types[name] = s.buildView(name, lists[ti])
 	}
 	s.views = nil
 	s.snap.Store(snap)
@@ -308,30 +324,24 @@ func (s *Selector) buildView(name string, entries []*entry) *typeView {
 	if s.cfg.Selection.Mode == config.ModeRating {
 		// Unrated peers first, so they are explored; then best score first.
 		// Ties break by peer ID, so the order is deterministic.
-		type item struct {
-			key float64
-			idx int32
-			e   *entry
-		}
-		items := make([]item, len(entries))
+		// One integer key per entry sorts without a comparator: the high
+		// 32 bits order by score descending (unrated first, as scores are in
+		// (0, 1] and unrated ones get 2 added), the low 32 bits keep the
+		// entry's position, which is peer ID order, for ties.
+		keys := make([]uint64, len(entries))
 		for i, e := range entries {
-			items[i] = item{key: e.score, idx: e.idx, e: e}
+			k := e.score
 			if !e.rated {
-				items[i].key += 2 // scores are in (0, 1]
+				k += 2
 			}
+			keys[i] = uint64(math.MaxUint32-uint32(k*(1<<30)))<<32 | uint64(i)
 		}
-		slices.SortFunc(items, func(a, b item) int {
-			if a.key != b.key {
-				if a.key > b.key {
-					return -1
-				}
-				return 1
-			}
-			return int(a.idx - b.idx)
-		})
-		for i := range items {
-			entries[i] = items[i].e
+		slices.Sort(keys)
+		sorted := make([]*entry, len(entries))
+		for i, k := range keys {
+			sorted[i] = entries[uint32(k)]
 		}
+		entries = sorted
 	}
 	tv.all = entries
 	tv.groups = partition(entries, tv.lb)

@@ -2,8 +2,8 @@ package selection
 
 import (
 	"cmp"
-	"math"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"

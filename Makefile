@@ -26,9 +26,12 @@ test-all:
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./selection/...
 
-## demo: the selection core walking one dispatch (verified against its expected output)
-demo:
-	$(GO) test -count=1 -run '^Example$$' -v ./selection/
+## demo: an embedded four-node network on loopback, in one process: sample work, which peer served
+## each and why, a stopped worker and the failover; exits when done (API on DEMO_API; fails clearly
+## when that port is taken)
+DEMO_API ?= 127.0.0.1:7400
+demo: build
+	./$(BIN) devnet --demo --api $(DEMO_API)
 
 ## lint: formatting and go vet
 lint:

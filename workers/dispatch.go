@@ -290,6 +290,12 @@ func (d *Dispatcher) remote(ctx context.Context, req WorkRequest, plan *selectio
 			return res
 		}
 	}
+	if ctx.Err() != nil {
+		// The deadline passed while the last attempt was being cut short.
+		res.Status = StatusTimeout
+		res.Error = fmt.Sprintf("no result within %s", requestTimeout(req))
+		return res
+	}
 	if plan.BeyondHead() && len(res.Attempts) > 0 {
 		// The one attempt beyond every head failed: no sweep, no fallback.
 		res.Status = StatusFailed
@@ -371,6 +377,11 @@ func (d *Dispatcher) fallback(ctx context.Context, req WorkRequest, plan *select
 	local := d.pool != nil
 	if local {
 		_, local = d.pool.Registry().Get(req.Type)
+	}
+	if ctx.Err() != nil {
+		res.Status = StatusTimeout
+		res.Error = fmt.Sprintf("no result within %s", requestTimeout(req))
+		return res
 	}
 	if !plan.FallbackAllowed() || !local {
 		why := res.Explanation

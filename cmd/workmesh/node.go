@@ -17,6 +17,7 @@ import (
 
 	"github.com/workmesh/workmesh/config"
 	"github.com/workmesh/workmesh/node"
+	"github.com/workmesh/workmesh/workers"
 )
 
 // shutdownTimeout bounds a clean shutdown after SIGINT or SIGTERM.
@@ -36,10 +37,12 @@ func newNodeStartCommand() *cobra.Command {
 	var configFile string
 	cmd := &cobra.Command{
 		Use:   "start",
-		Short: "Join a network and serve the local API until interrupted",
+		Short: "Join a network, serve work and the local API until interrupted",
 		Long: "start joins the network through the --bootstrap peers (none: it starts a new network), advertises\n" +
-			"this node's work types and labels, and serves the local HTTP API. It prints its peer ID and a line\n" +
-			"another node can join with, then \"ready\". SIGINT or SIGTERM stops it cleanly.",
+			"this node's work types, labels, capacity and load, serves work for its peers, and takes work on the\n" +
+			"local HTTP API (POST /v1/work, see `workmesh submit`), sending it to the best remote worker or its\n" +
+			"own. It prints its peer ID, a line another node can join with and the API address, then \"ready\".\n" +
+			"SIGINT or SIGTERM stops it cleanly.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := config.Load(config.LoadOptions{File: configFile, Flags: cmd.Flags(), Environ: os.Environ()})
@@ -58,29 +61,25 @@ func newNodeStartCommand() *cobra.Command {
 			if _, err := node.ParseListen(cfg.Node.Listen); err != nil {
 				return usageError{err}
 			}
+			if _, err := workers.NewBuiltinRegistry(cfg.Node.WorkTypes...); err != nil {
+				return usageError{fmt.Errorf("--work-types: %w", err)}
+			}
 			log, err := newLogger(cfg.Node.LogLevel, cfg.Node.LogFormat)
 			if err != nil {
 				return err
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			n, err := node.New(ctx, cfg.Node, node.WithLogger(log), node.WithVersion(version))
+			s, err := startStack(ctx, cfg, log)
 			if err != nil {
 				return err
 			}
-			printStartup(cmd.OutOrStdout(), n, cfg.Node)
+			printStartup(cmd.OutOrStdout(), s.node, cfg.Node)
 
 			<-ctx.Done()
 			stop()
 			log.Info("shutting down")
-			done := make(chan error, 1)
-			go func() { done <- n.Close() }()
-			select {
-			case err := <-done:
-				return err
-			case <-time.After(shutdownTimeout):
-				return fmt.Errorf("shutdown: node did not stop within %s", shutdownTimeout)
-			}
+			return s.closeWithin(shutdownTimeout)
 		},
 	}
 	config.BindFlags(cmd.Flags())

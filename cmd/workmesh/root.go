@@ -19,11 +19,26 @@ type usageError struct{ err error }
 func (e usageError) Error() string { return e.err.Error() }
 func (e usageError) Unwrap() error { return e.err }
 
+// exitError carries the exit code a command chose for its outcome:
+// `workmesh submit` exits 1 when the work failed, 2 when no worker could
+// take it and 3 when it timed out.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e exitError) Error() string { return e.err.Error() }
+func (e exitError) Unwrap() error { return e.err }
+
 // exitCode maps an error returned by a command to the process exit code.
 func exitCode(err error) int {
 	var ue usageError
 	if errors.As(err, &ue) {
 		return 2
+	}
+	var ee exitError
+	if errors.As(err, &ee) {
+		return ee.code
 	}
 	return 1
 }
@@ -38,7 +53,7 @@ func newRootCommand() *cobra.Command {
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(newVersionCommand())
-	root.AddCommand(newNodeCommand(), newPeersCommand())
+	root.AddCommand(newNodeCommand(), newPeersCommand(), newSubmitCommand(), newDevnetCommand())
 	return root
 }
 

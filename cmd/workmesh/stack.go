@@ -1,0 +1,214 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/workmesh/workmesh/config"
+	"github.com/workmesh/workmesh/node"
+	"github.com/workmesh/workmesh/workers"
+)
+
+// loadAnnounceInterval is how often the stack looks at the local worker's
+// load and, when it changed, asks the node to re-announce. Peers rate load
+// over seconds, so fresher figures would only add gossip.
+const loadAnnounceInterval = time.Second
+
+// stack is everything one workmesh node runs: the node (host, DHT, gossip,
+// peer table, API), the local worker pool and its registry, the work
+// protocol server, the dispatcher and the work API. `node start` runs one;
+// `devnet` runs several in one process.
+type stack struct {
+	cfg    config.Config
+	log    *logrus.Logger
+	node   *node.Node
+	reg    *workers.Registry
+	pool   *workers.Pool
+	server *workers.Server
+	disp   *workers.Dispatcher
+	api    *workers.API
+
+	// ctx lives as long as the stack: background loops run under it and
+	// API requests are cut short by its end.
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// stackOption adjusts what startStack passes to the node.
+type stackOption func(*stackOptions)
+
+type stackOptions struct {
+	nodeOpts []node.Option
+}
+
+// withNodeOptions passes options to node.New (devnet mounts its control
+// endpoint with one).
+func withNodeOptions(opts ...node.Option) stackOption {
+	return func(o *stackOptions) { o.nodeOpts = append(o.nodeOpts, opts...) }
+}
+
+// startStack starts a whole node from cfg. ctx bounds the start only; the
+// stack runs until Close. On error everything started is stopped again.
+func startStack(ctx context.Context, cfg config.Config, log *logrus.Logger, opts ...stackOption) (*stack, error) {
+	var so stackOptions
+	for _, o := range opts {
+		o(&so)
+	}
+	reg, err := workers.NewBuiltinRegistry(cfg.Node.WorkTypes...)
+	if err != nil {
+		return nil, fmt.Errorf("work-types: %w", err)
+	}
+	pool, err := workers.NewPool(reg, cfg.Worker, log)
+	if err != nil {
+		return nil, err
+	}
+	// The node advertises exactly what the registry serves: with no
+	// work-types configured the registry holds every built-in type.
+	cfg.Node.WorkTypes = reg.Names()
+
+	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	s := &stack{cfg: cfg, log: log, reg: reg, pool: pool, ctx: sctx, cancel: cancel}
+	fail := func(err error) (*stack, error) {
+		s.Close()
+		return nil, err
+	}
+	nodeOpts := append([]node.Option{
+		node.WithLogger(log), node.WithVersion(version), node.WithLocalState(poolState{pool}),
+	}, so.nodeOpts...)
+	n, err := node.New(sctx, cfg.Node, nodeOpts...)
+	if err != nil {
+		return fail(err)
+	}
+	s.node = n
+	if s.server, err = workers.NewServer(n.Host(), n.Network(), pool, workers.WithServerLogger(log)); err != nil {
+		return fail(err)
+	}
+	if s.disp, err = workers.NewDispatcher(cfg, n, pool, workers.WithDispatchLogger(log)); err != nil {
+		return fail(err)
+	}
+	if s.api, err = workers.NewAPI(s.dispatch, workers.WithAPILogger(log)); err != nil {
+		return fail(err)
+	}
+	if err := s.api.Register(n.HandleAPI); err != nil {
+		return fail(err)
+	}
+	s.wg.Go(func() {
+		if err := s.disp.Run(sctx); err != nil {
+			log.WithError(err).Error("dispatcher stopped")
+		}
+	})
+	s.wg.Go(s.announceLoad)
+	if err := ctx.Err(); err != nil {
+		return fail(fmt.Errorf("start: %w", err))
+	}
+	return s, nil
+}
+
+// dispatch runs one API request, ending it early when the stack closes so
+// that shutdown does not wait for the request's own deadline.
+func (s *stack) dispatch(ctx context.Context, req workers.WorkRequest) workers.WorkResult {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(s.ctx, cancel)
+	defer stop()
+	return s.disp.Dispatch(ctx, req)
+}
+
+// announceLoad re-announces the node's record when the local worker's load
+// changed, at most once per loadAnnounceInterval.
+func (s *stack) announceLoad() {
+	t := time.NewTicker(loadAnnounceInterval)
+	defer t.Stop()
+	var last workers.PoolStats
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+		}
+		st := s.pool.Stats()
+		if st.InFlight != last.InFlight || st.Queued != last.Queued {
+			last = st
+			s.node.Announce()
+		}
+	}
+}
+
+// Close stops the stack: the background loops first, then the work server
+// (cancelling work served for peers), the local worker, and the node with
+// its API. It is safe to call more than once.
+func (s *stack) Close() error {
+	s.closeOnce.Do(func() {
+		s.cancel()
+		s.wg.Wait()
+		var errs []error
+		if s.server != nil {
+			if err := s.server.Close(); err != nil {
+				errs = append(errs, fmt.Errorf("work server: %w", err))
+			}
+		}
+		if err := s.pool.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("local worker: %w", err))
+		}
+		if s.node != nil {
+			if err := s.node.Close(); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		s.closeErr = errors.Join(errs...)
+	})
+	return s.closeErr
+}
+
+// closeWithin closes the stack, giving up after d (the process is about to
+// exit, so what is still stopping is not waited for).
+func (s *stack) closeWithin(d time.Duration) error {
+	done := make(chan error, 1)
+	go func() { done <- s.Close() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(d):
+		return fmt.Errorf("shutdown: node %s did not stop within %s", s.node.ID(), d)
+	}
+}
+
+// poolState is what the node advertises about the local worker: its
+// capacity and load from the pool, and the heads its handlers report.
+type poolState struct{ pool *workers.Pool }
+
+// Capacity returns the pool's concurrency and queue size.
+func (p poolState) Capacity() node.Capacity {
+	st := p.pool.Stats()
+	return node.Capacity{MaxConcurrent: st.MaxConcurrent, QueueSize: st.QueueSize}
+}
+
+// Load returns the pool's running and waiting requests.
+func (p poolState) Load() node.Load {
+	st := p.pool.Stats()
+	return node.Load{InFlight: st.InFlight, Queued: st.Queued}
+}
+
+// Heads returns the head of every served type that reports one.
+func (p poolState) Heads() map[string]uint64 {
+	reg := p.pool.Registry()
+	var heads map[string]uint64
+	for _, name := range reg.Names() {
+		if h, ok := reg.Head(name); ok {
+			if heads == nil {
+				heads = make(map[string]uint64)
+			}
+			heads[name] = h
+		}
+	}
+	return heads
+}

@@ -1,0 +1,367 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/spf13/cobra"
+
+	"github.com/workmesh/workmesh/config"
+	"github.com/workmesh/workmesh/workers"
+)
+
+// apiEnv names the environment variable that sets the default --api of the
+// client commands.
+const apiEnv = "WORKMESH_API"
+
+// submitSlack is added to the request's timeout to bound the whole HTTP
+// exchange: the node answers at the timeout at the latest.
+const submitSlack = 5 * time.Second
+
+// maxSubmitResponse bounds the API answer `workmesh submit` reads: a result
+// of the largest payload in base64, plus the attempts.
+const maxSubmitResponse = 4 * workers.DefaultMaxPayload
+
+// Exit codes of `workmesh submit`, by how the work ended.
+const (
+	exitFailed      = 1 // the work failed
+	exitUnavailable = 2 // no worker could take it (also bad usage)
+	exitTimeout     = 3 // it timed out
+)
+
+// submitOptions are the flags of `workmesh submit`.
+type submitOptions struct {
+	api         string
+	workType    string
+	payload     string
+	payloadFile string
+	timeout     time.Duration
+	labels      []string
+	minHead     uint64
+	hasMinHead  bool
+	output      string
+}
+
+func newSubmitCommand() *cobra.Command {
+	var o submitOptions
+	cmd := &cobra.Command{
+		Use:   "submit --type TYPE [--payload P | --payload-file F | < stdin]",
+		Short: "Submit work to a running node and print its result",
+		Long: "submit sends one piece of work to a node's local API (POST /v1/work) and waits for its result.\n" +
+			"The payload comes from --payload, --payload-file, or stdin when neither is given. With --output text\n" +
+			"(the default) the result goes to stdout as it is, and a line on stderr says how the request ended,\n" +
+			"which worker served it and every attempt; --output json prints the API's answer.\n\n" +
+			"Exit codes: 0 ok or empty, 1 the work failed, 2 bad usage or no worker could take the work\n" +
+			"(or the API cannot be reached), 3 timed out.",
+		Example: "  workmesh submit --type sha256 --payload hello\n" +
+			"  workmesh submit --type echo --payload-file input.bin --output json\n" +
+			"  echo 250ms | workmesh submit --type sleep --timeout 2s --labels full",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if !cmd.Flags().Changed("api") {
+				if env := os.Getenv(apiEnv); env != "" {
+					o.api = env
+				}
+			}
+			o.hasMinHead = cmd.Flags().Changed("min-head")
+			return runSubmit(cmd.Context(), o, cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.api, "api", config.Defaults().Node.API, "address of the node's local HTTP API (env "+apiEnv+")")
+	f.StringVarP(&o.workType, "type", "t", "", "work type, e.g. echo, sha256 or sleep (required)")
+	f.StringVarP(&o.payload, "payload", "p", "", "the payload, as text")
+	f.StringVarP(&o.payloadFile, "payload-file", "f", "", "read the payload from this file")
+	f.DurationVar(&o.timeout, "timeout", 0, "bound on the whole request, e.g. 2s (0: the node's default, "+workers.DefaultRequestTimeout.String()+")")
+	f.StringSliceVar(&o.labels, "labels", nil, "labels a remote worker must carry (comma-separated)")
+	f.Uint64Var(&o.minHead, "min-head", 0, "the position the request names, for work types with heads")
+	f.StringVarP(&o.output, "output", "o", "text", "output format: text (the result on stdout, a summary on stderr) or json")
+	return cmd
+}
+
+// runSubmit checks the options, builds the request, sends it and prints
+// the answer. The error it returns carries the exit code.
+func runSubmit(ctx context.Context, o submitOptions, stdin io.Reader, stdout, stderr io.Writer) error {
+	if o.workType == "" {
+		return usageError{errors.New("--type is required (e.g. --type sha256)")}
+	}
+	if o.output != "text" && o.output != "json" {
+		return usageError{fmt.Errorf("--output %q: want text or json", o.output)}
+	}
+	if o.timeout < 0 {
+		return usageError{fmt.Errorf("--timeout %s: want a positive duration", o.timeout)}
+	}
+	payload, err := readPayload(o, stdin, stderr)
+	if err != nil {
+		return err
+	}
+	req := workers.APIRequest{Type: o.workType, Labels: o.labels}
+	if utf8.Valid(payload) {
+		s := string(payload)
+		req.Payload = &s
+	} else {
+		s := base64.StdEncoding.EncodeToString(payload)
+		req.PayloadB64 = &s
+	}
+	if o.timeout > 0 {
+		req.Timeout = o.timeout.String()
+	}
+	if o.hasMinHead {
+		req.MinHead = &o.minHead
+	}
+
+	ans, err := postWork(ctx, o.api, req, o.timeout)
+	if err != nil {
+		return err
+	}
+	if o.output == "json" {
+		var pretty bytes.Buffer
+		if json.Indent(&pretty, ans.raw, "", "  ") != nil {
+			pretty.Reset()
+			pretty.Write(ans.raw)
+		}
+		if !bytes.HasSuffix(pretty.Bytes(), []byte("\n")) {
+			pretty.WriteByte('\n')
+		}
+		if _, err := stdout.Write(pretty.Bytes()); err != nil {
+			return fmt.Errorf("write result: %w", err)
+		}
+	} else if ans.resp.Status == workers.StatusOK {
+		if err := writeResult(stdout, ans.resp); err != nil {
+			return err
+		}
+	}
+	if o.output == "text" {
+		fmt.Fprintln(stderr, summarize(ans.resp, shortPeer))
+	}
+	return outcomeError(o.workType, ans.resp)
+}
+
+// readPayload returns the payload from --payload, --payload-file or stdin,
+// at most what one request may carry.
+func readPayload(o submitOptions, stdin io.Reader, stderr io.Writer) ([]byte, error) {
+	limit := int64(workers.DefaultMaxPayload)
+	switch {
+	case o.payload != "" && o.payloadFile != "":
+		return nil, usageError{errors.New("--payload and --payload-file: give one, not both")}
+	case o.payload != "":
+		return []byte(o.payload), nil
+	case o.payloadFile != "":
+		f, err := os.Open(o.payloadFile)
+		if err != nil {
+			return nil, usageError{fmt.Errorf("--payload-file: %w", err)}
+		}
+		defer f.Close()
+		b, err := io.ReadAll(io.LimitReader(f, limit+1))
+		if err != nil {
+			return nil, fmt.Errorf("--payload-file %s: %w", o.payloadFile, err)
+		}
+		if int64(len(b)) > limit {
+			return nil, usageError{fmt.Errorf("--payload-file %s: larger than %d bytes, the most a request may carry", o.payloadFile, limit)}
+		}
+		return b, nil
+	}
+	if isTerminal(stdin) {
+		fmt.Fprintln(stderr, "reading the payload from stdin (end it with Ctrl-D; or use --payload)")
+	}
+	b, err := io.ReadAll(io.LimitReader(stdin, limit+1))
+	if err != nil {
+		return nil, fmt.Errorf("read the payload from stdin: %w", err)
+	}
+	if int64(len(b)) > limit {
+		return nil, usageError{fmt.Errorf("stdin: more than %d bytes, the most a request may carry", limit)}
+	}
+	return b, nil
+}
+
+// isTerminal reports whether r looks like an interactive terminal: a
+// character device other than /dev/null.
+func isTerminal(r io.Reader) bool {
+	f, ok := r.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	if err != nil || st.Mode()&os.ModeCharDevice == 0 {
+		return false
+	}
+	null, err := os.Stat(os.DevNull)
+	return err != nil || !os.SameFile(st, null)
+}
+
+// workAnswer is the API's answer to one POST /v1/work.
+type workAnswer struct {
+	raw  []byte
+	resp workers.APIResponse
+}
+
+// postWork sends req to the work API at api and decodes the answer. A
+// request the API refused, or an API that cannot be reached, is an error
+// with exit code 2; the outcome of dispatched work is in the answer.
+func postWork(ctx context.Context, api string, req workers.APIRequest, timeout time.Duration) (workAnswer, error) {
+	if timeout <= 0 {
+		timeout = workers.DefaultRequestTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout+submitSlack)
+	defer cancel()
+	body, err := json.Marshal(req)
+	if err != nil {
+		return workAnswer{}, fmt.Errorf("encode the request: %w", err)
+	}
+	url := "http://" + api + workers.WorkPath
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return workAnswer{}, usageError{fmt.Errorf("--api %q: %w", api, err)}
+	}
+	hreq.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(hreq)
+	if err != nil {
+		if ctx.Err() != nil {
+			return workAnswer{}, exitError{exitTimeout, fmt.Errorf("the node at %s did not answer within %s: %w", api, timeout+submitSlack, err)}
+		}
+		return workAnswer{}, exitError{exitUnavailable, fmt.Errorf("cannot reach the node's API at %s (is a node or devnet running? see --api or %s): %w", api, apiEnv, err)}
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxSubmitResponse))
+	if err != nil {
+		return workAnswer{}, fmt.Errorf("read the answer of %s: %w", url, err)
+	}
+	ans := workAnswer{raw: raw}
+	if err := json.Unmarshal(raw, &ans.resp); err == nil && ans.resp.Status != "" {
+		return ans, nil
+	}
+	// Not a dispatched request: the API refused it.
+	var apiErr workers.APIError
+	msg := strings.TrimSpace(string(raw))
+	if json.Unmarshal(raw, &apiErr) == nil && apiErr.Error != "" {
+		msg = apiErr.Error
+	}
+	err = fmt.Errorf("POST %s: %s: %s", url, resp.Status, msg)
+	if resp.StatusCode >= 400 && resp.StatusCode < 500 {
+		return workAnswer{}, exitError{exitUnavailable, err}
+	}
+	return workAnswer{}, exitError{exitFailed, err}
+}
+
+// writeResult writes the result as it is, adding a final newline to text
+// that has none so that a shell prompt does not follow it on the line.
+func writeResult(w io.Writer, r workers.APIResponse) error {
+	out := r.Output()
+	if r.Result != nil && len(out) > 0 && out[len(out)-1] != '\n' {
+		out = append(out, '\n')
+	}
+	if _, err := w.Write(out); err != nil {
+		return fmt.Errorf("write result: %w", err)
+	}
+	return nil
+}
+
+// outcomeError is nil for ok and empty, and otherwise the error that
+// carries the status's exit code.
+func outcomeError(workType string, r workers.APIResponse) error {
+	why := r.Error
+	if why == "" {
+		why = "no reason given"
+	}
+	switch r.Status {
+	case workers.StatusOK, workers.StatusEmpty:
+		return nil
+	case workers.StatusFailed:
+		return exitError{exitFailed, fmt.Errorf("%s work failed: %s", workType, why)}
+	case workers.StatusUnavailable:
+		return exitError{exitUnavailable, fmt.Errorf("%s work unavailable: %s", workType, why)}
+	case workers.StatusTimeout:
+		return exitError{exitTimeout, fmt.Errorf("%s work timed out: %s", workType, why)}
+	}
+	return exitError{exitFailed, fmt.Errorf("%s work: unknown status %q: %s", workType, r.Status, why)}
+}
+
+// summarize says in one line how a request ended: status, worker, every
+// attempt with its outcome, duration and group, and the total time. name
+// renders peer IDs.
+func summarize(r workers.APIResponse, name func(string) string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s", r.Status)
+	if r.Worker != "" {
+		fmt.Fprintf(&b, " by %s", name(r.Worker))
+	}
+	fmt.Fprintf(&b, " in %s", fmtMS(r.DurationMS))
+	switch len(r.Attempts) {
+	case 0:
+		b.WriteString("; no attempts")
+	case 1:
+		b.WriteString("; 1 attempt: ")
+	default:
+		fmt.Fprintf(&b, "; %d attempts: ", len(r.Attempts))
+	}
+	for i, a := range r.Attempts {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%s %s %s", name(a.Peer), a.Outcome, fmtMS(a.DurationMS))
+		var tags []string
+		if a.Group != "" {
+			tags = append(tags, "group "+a.Group)
+		}
+		if a.Hedge {
+			tags = append(tags, "hedge")
+		}
+		if len(tags) > 0 {
+			fmt.Fprintf(&b, " (%s)", strings.Join(tags, ", "))
+		}
+		if a.Error != "" && a.Outcome != "cancelled" {
+			fmt.Fprintf(&b, " [%s]", clip(a.Error, maxAttemptError))
+		}
+	}
+	if r.Explanation != "" && (r.Status == workers.StatusOK || r.Status == workers.StatusEmpty) {
+		fmt.Fprintf(&b, "; not remote because: %s", r.Explanation)
+	}
+	return b.String()
+}
+
+// maxAttemptError bounds an attempt's error in the summary line.
+const maxAttemptError = 100
+
+// clip shortens s to at most n bytes, marking the cut, without splitting a
+// UTF-8 sequence.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
+}
+
+// fmtMS renders milliseconds as a rounded duration.
+func fmtMS(ms float64) string {
+	d := time.Duration(ms * float64(time.Millisecond))
+	switch {
+	case d >= time.Second:
+		return d.Round(10 * time.Millisecond).String()
+	case d >= time.Millisecond:
+		return d.Round(100 * time.Microsecond).String()
+	}
+	return d.Round(time.Microsecond).String()
+}
+
+// shortPeer abbreviates a peer ID to its last eight characters, which is
+// enough to tell the peers of one network apart; "local" stays as it is.
+func shortPeer(id string) string {
+	if len(id) <= 12 {
+		return id
+	}
+	return "…" + id[len(id)-8:]
+}

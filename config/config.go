@@ -21,6 +21,10 @@ type Config struct {
 	Liveness  LivenessConfig  `koanf:",squash"`
 	Rating    RatingConfig    `koanf:",squash"`
 	Hedge     HedgeConfig     `koanf:",squash"`
+	Access    AccessConfig    `koanf:",squash"`
+	Fault     FaultConfig     `koanf:",squash"`
+	HTTP      HTTPConfig      `koanf:",squash"`
+	JSONRPC   JSONRPCConfig   `koanf:",squash"`
 
 	// LabelBalancing is the global priority-group setting; nil means
 	// label balancing is off and candidates are ordered by rating alone.
@@ -174,6 +178,65 @@ type HedgeConfig struct {
 	MaxCount int `koanf:"hedge-max-count"`
 }
 
+// Who may send a node work.
+const (
+	// AcceptAny takes work from every peer of the network.
+	AcceptAny = "any"
+	// AcceptAllowlist takes work only from the peers in allow-peer.
+	AcceptAllowlist = "allowlist"
+)
+
+// AccessConfig says who may use this node's worker and API, and how much.
+type AccessConfig struct {
+	// AcceptWorkFrom is any or allowlist.
+	AcceptWorkFrom string `koanf:"accept-work-from"`
+	// AllowPeers are the peer IDs allowed to send work under allowlist.
+	AllowPeers []string `koanf:"allow-peer"`
+	// PeerMaxStreams bounds the work streams one peer may have open at once;
+	// over it the peer is answered busy at once.
+	PeerMaxStreams int `koanf:"peer-max-streams"`
+	// PeerRate is the sustained requests per second one peer may send (a
+	// token bucket); 0 means no rate limit.
+	PeerRate float64 `koanf:"peer-rate"`
+	// PeerBurst is the token bucket's size.
+	PeerBurst int `koanf:"peer-burst"`
+	// APIToken is the bearer token the local API requires; it must be set
+	// when the API listens on anything but loopback.
+	APIToken string `koanf:"api-token"`
+}
+
+// FaultConfig makes this node's worker fail, stall or drop work on purpose,
+// for resilience drills. Everything is off by default.
+type FaultConfig struct {
+	// ErrorRate is the share of requests answered with a retryable error.
+	ErrorRate float64 `koanf:"fault-error-rate"`
+	// Delay is added before every request is worked on.
+	Delay time.Duration `koanf:"fault-delay"`
+	// DropRate is the share of requests dropped without an answer.
+	DropRate float64 `koanf:"fault-drop-rate"`
+}
+
+// HTTPConfig bounds the http work type.
+type HTTPConfig struct {
+	// Allow lists the hosts and CIDRs the http work type may fetch from
+	// besides public addresses; loopback, link-local and private ranges are
+	// refused unless listed here.
+	Allow []string `koanf:"http-allow"`
+	// MaxBody bounds the response body returned, in bytes.
+	MaxBody int `koanf:"http-max-body"`
+}
+
+// JSONRPCConfig configures the jsonrpc work type's upstream.
+type JSONRPCConfig struct {
+	// Upstream is the JSON-RPC 2.0 endpoint this node relays to; empty means
+	// the node does not serve jsonrpc.
+	Upstream string `koanf:"jsonrpc-upstream"`
+	// ChainID, when set, must match the upstream's eth_chainId at start.
+	ChainID string `koanf:"jsonrpc-chain-id"`
+	// HeadInterval is the time between two polls of the upstream's head.
+	HeadInterval time.Duration `koanf:"jsonrpc-head-interval"`
+}
+
 // Defaults returns a Config with every default filled in.
 func Defaults() Config {
 	return Config{
@@ -217,5 +280,13 @@ func Defaults() Config {
 			LoadWeight:    1,
 		},
 		Hedge: HedgeConfig{Delay: 100 * time.Millisecond, MaxCount: 0},
+		Access: AccessConfig{
+			AcceptWorkFrom: AcceptAny,
+			PeerMaxStreams: 64,
+			PeerRate:       0,
+			PeerBurst:      100,
+		},
+		HTTP:    HTTPConfig{MaxBody: 1 << 20},
+		JSONRPC: JSONRPCConfig{HeadInterval: 2 * time.Second},
 	}
 }

@@ -54,6 +54,24 @@ var pinnedDefaults = map[string]any{
 	"hedge-delay":     100 * time.Millisecond,
 	"hedge-max-count": 0,
 
+	"accept-work-from": "any",
+	"allow-peer":       []string(nil),
+	"peer-max-streams": 64,
+	"peer-rate":        0.0,
+	"peer-burst":       100,
+	"api-token":        "",
+
+	"fault-error-rate": 0.0,
+	"fault-delay":      time.Duration(0),
+	"fault-drop-rate":  0.0,
+
+	"http-allow":    []string(nil),
+	"http-max-body": 1 << 20,
+
+	"jsonrpc-upstream":      "",
+	"jsonrpc-chain-id":      "",
+	"jsonrpc-head-interval": 2 * time.Second,
+
 	"label-balancing":    (*LabelBalancingConfig)(nil),
 	"work-type-defaults": map[string]WorkTypeConfig(nil),
 }
@@ -62,7 +80,11 @@ var pinnedDefaults = map[string]any{
 // Config. A new field fails this test until its default is pinned above (or,
 // for a block that is off by default, below) and its bound is validated.
 var pinnedFields = map[string]int{
-	"Config":               8,
+	"Config":               12,
+	"AccessConfig":         6,
+	"FaultConfig":          3,
+	"HTTPConfig":           2,
+	"JSONRPCConfig":        3,
 	"NodeConfig":           11,
 	"WorkerConfig":         9,
 	"SelectionConfig":      1,

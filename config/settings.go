@@ -60,6 +60,24 @@ var help = map[string]string{
 	"hedge-delay":     "wait after an attempt starts before a hedge is sent",
 	"hedge-max-count": "maximum hedges per request; 0 turns hedging off",
 
+	"accept-work-from": "who may send this node work: any, or allowlist (only the peers in allow-peer)",
+	"allow-peer":       "peer ID allowed to send work when accept-work-from is allowlist (repeatable)",
+	"peer-max-streams": "maximum work streams one peer may have open at once; over it the peer is answered busy",
+	"peer-rate":        "sustained work requests per second one peer may send; 0 means no limit",
+	"peer-burst":       "requests one peer may send at once above peer-rate",
+	"api-token":        "bearer token the local API requires; required when the API is not on loopback",
+
+	"fault-error-rate": "share of work requests this node answers with a retryable error on purpose (drills)",
+	"fault-delay":      "delay this node adds before every work request on purpose (drills)",
+	"fault-drop-rate":  "share of work requests this node drops without an answer on purpose (drills)",
+
+	"http-allow":    "host or CIDR the http work type may fetch from although it is loopback, link-local or private (repeatable)",
+	"http-max-body": "maximum bytes of a response body the http work type returns",
+
+	"jsonrpc-upstream":      "JSON-RPC 2.0 endpoint the jsonrpc work type relays to (empty: not served)",
+	"jsonrpc-chain-id":      "chain ID the upstream must report at start (empty: not checked)",
+	"jsonrpc-head-interval": "time between two polls of the upstream's head",
+
 	"label-balancing.order":           "group labels tried in order, highest priority first; setting it turns label balancing on",
 	"label-balancing.pass-on-error":   "after a retryable error, move to the next label group instead of retrying in the current one",
 	"label-balancing.include-default": "route to peers carrying none of the order labels as a final group",

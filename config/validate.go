@@ -64,6 +64,10 @@ func (c *Config) Validate() error {
 		c.Rating.Validate(),
 		c.Hedge.Validate(),
 		c.LabelBalancing.Validate(),
+		c.Access.Validate(),
+		c.Fault.Validate(),
+		c.HTTP.Validate(),
+		c.JSONRPC.Validate(),
 	}
 	names := make([]string, 0, len(c.WorkTypeDefaults))
 	for name := range c.WorkTypeDefaults {
@@ -152,6 +156,64 @@ func (w *WorkerConfig) Validate() error {
 	positive(&c, "connect-timeout", w.ConnectTimeout)
 	notNegative(&c, "retry-delay", w.RetryDelay)
 	atLeast(&c, "local-concurrency", w.LocalConcurrency, 1)
+	return c.join()
+}
+
+// Validate reports access settings that are out of bounds.
+func (a *AccessConfig) Validate() error {
+	var c checks
+	switch a.AcceptWorkFrom {
+	case AcceptAny, AcceptAllowlist:
+	default:
+		c.failf("accept-work-from %q: want %s or %s", a.AcceptWorkFrom, AcceptAny, AcceptAllowlist)
+	}
+	for i, p := range a.AllowPeers {
+		if strings.TrimSpace(p) == "" {
+			c.failf("allow-peer entry %d is empty", i+1)
+		}
+	}
+	atLeast(&c, "peer-max-streams", a.PeerMaxStreams, 1)
+	if a.PeerRate < 0 {
+		c.failf("peer-rate %g must be >= 0", a.PeerRate)
+	}
+	atLeast(&c, "peer-burst", a.PeerBurst, 1)
+	return c.join()
+}
+
+// Validate reports fault rates outside [0, 1] and negative delays.
+func (f *FaultConfig) Validate() error {
+	var c checks
+	for _, r := range []struct {
+		name string
+		v    float64
+	}{{"fault-error-rate", f.ErrorRate}, {"fault-drop-rate", f.DropRate}} {
+		if r.v < 0 || r.v > 1 {
+			c.failf("%s %g must be between 0 and 1", r.name, r.v)
+		}
+	}
+	notNegative(&c, "fault-delay", f.Delay)
+	return c.join()
+}
+
+// Validate reports http work type settings that are out of bounds.
+func (h *HTTPConfig) Validate() error {
+	var c checks
+	for i, a := range h.Allow {
+		if strings.TrimSpace(a) == "" {
+			c.failf("http-allow entry %d is empty", i+1)
+		}
+	}
+	atLeast(&c, "http-max-body", h.MaxBody, 1)
+	return c.join()
+}
+
+// Validate reports jsonrpc settings that are out of bounds.
+func (j *JSONRPCConfig) Validate() error {
+	var c checks
+	if j.Upstream != "" && !strings.HasPrefix(j.Upstream, "http://") && !strings.HasPrefix(j.Upstream, "https://") {
+		c.failf("jsonrpc-upstream %q: want an http:// or https:// URL", j.Upstream)
+	}
+	positive(&c, "jsonrpc-head-interval", j.HeadInterval)
 	return c.join()
 }
 

@@ -172,8 +172,14 @@ func (a *AccessConfig) Validate() error {
 			c.failf("allow-peer entry %d is empty", i+1)
 		}
 	}
+	switch {
+	case a.AcceptWorkFrom == AcceptAllowlist && len(a.AllowPeers) == 0:
+		c.failf("accept-work-from allowlist needs at least one allow-peer")
+	case a.AcceptWorkFrom == AcceptAny && len(a.AllowPeers) > 0:
+		c.failf("allow-peer is set but accept-work-from is any: set accept-work-from allowlist")
+	}
 	atLeast(&c, "peer-max-streams", a.PeerMaxStreams, 1)
-	if a.PeerRate < 0 {
+	if math.IsNaN(a.PeerRate) || a.PeerRate < 0 {
 		c.failf("peer-rate %g must be >= 0", a.PeerRate)
 	}
 	atLeast(&c, "peer-burst", a.PeerBurst, 1)
@@ -187,7 +193,7 @@ func (f *FaultConfig) Validate() error {
 		name string
 		v    float64
 	}{{"fault-error-rate", f.ErrorRate}, {"fault-drop-rate", f.DropRate}} {
-		if r.v < 0 || r.v > 1 {
+		if math.IsNaN(r.v) || r.v < 0 || r.v > 1 {
 			c.failf("%s %g must be between 0 and 1", r.name, r.v)
 		}
 	}

@@ -11,12 +11,13 @@ import (
 
 // InfoView is the body of GET /v1/info: who this node is and how to reach it.
 type InfoView struct {
-	PeerID    string   `json:"peer_id"`    // the node's peer ID
-	Addrs     []string `json:"addrs"`      // listen addresses with /p2p/<peer id>, ready to bootstrap from
-	Network   string   `json:"network"`    // the network it joined
-	Version   string   `json:"version"`    // the workmesh version it runs
-	WorkTypes []string `json:"work_types"` // the work types it advertises
-	Labels    []string `json:"labels"`     // its group labels
+	PeerID    string   `json:"peer_id"`          // the node's peer ID
+	Addrs     []string `json:"addrs"`            // listen addresses with /p2p/<peer id>, ready to bootstrap from
+	Network   string   `json:"network"`          // the network it joined
+	Version   string   `json:"version"`          // the workmesh version it runs
+	WorkTypes []string `json:"work_types"`       // the work types it advertises
+	Labels    []string `json:"labels"`           // its group labels
+	Faults    any      `json:"faults,omitempty"` // fault injection settings, when the node has them
 }
 
 // PeerView is one element of GET /v1/peers: one fresh peer of the table.
@@ -73,7 +74,7 @@ func (n *Node) Info() InfoView {
 	for _, a := range n.Addrs() {
 		addrs = append(addrs, a.String())
 	}
-	return InfoView{
+	v := InfoView{
 		PeerID:    n.ID().String(),
 		Addrs:     addrs,
 		Network:   n.network,
@@ -81,6 +82,10 @@ func (n *Node) Info() InfoView {
 		WorkTypes: cur.Data.WorkTypeNames(),
 		Labels:    nonNil(cur.Data.Labels),
 	}
+	if n.faultsView != nil {
+		v.Faults = n.faultsView()
+	}
+	return v
 }
 
 func (n *Node) routes() {

@@ -203,7 +203,7 @@ func (n *Node) fetchNodeData(ctx context.Context, p peer.ID, all bool) (int, err
 				return nil
 			}
 			if errors.Is(err, ErrFrameTooLarge) {
-				n.table.Reject(RejectOversized, p, err)
+				n.table.RejectVia(SourceSync, RejectOversized, p, err)
 			}
 			if err != nil {
 				return err

@@ -68,6 +68,10 @@ type options struct {
 	// healthFault, when set and returning true, makes the node drop a
 	// health ping unanswered (fault injection for resilience drills).
 	healthFault func(from peer.ID) bool
+	// apiToken is the bearer token the local API requires; empty means none.
+	apiToken string
+	// faultsView reports the fault injection settings for /v1/info.
+	faultsView func() any
 }
 
 // WithLogger sets the logger; the default is the standard logrus logger.
@@ -114,6 +118,24 @@ func WithHealthFault(fail func(from peer.ID) bool) Option {
 			return errors.New("node: nil health fault")
 		}
 		o.healthFault = fail
+		return nil
+	}
+}
+
+// WithAPIToken makes the local API require this bearer token. Without one
+// the API may only listen on loopback: New refuses anything else.
+func WithAPIToken(token string) Option {
+	return func(o *options) error { o.apiToken = token; return nil }
+}
+
+// WithFaultsView makes GET /v1/info show what f returns under "faults":
+// the fault injection settings, so an operator sees a drill is on.
+func WithFaultsView(f func() any) Option {
+	return func(o *options) error {
+		if f == nil {
+			return errors.New("node: nil faults view")
+		}
+		o.faultsView = f
 		return nil
 	}
 }
@@ -206,7 +228,9 @@ type Node struct {
 	state   LocalState
 	// healthFault drops health pings on purpose; see WithHealthFault.
 	healthFault func(from peer.ID) bool
-	start       time.Time
+	// faultsView reports fault injection settings in /v1/info.
+	faultsView func() any
+	start      time.Time
 
 	host   host.Host
 	dht    *dht.IpfsDHT
@@ -315,6 +339,9 @@ func New(ctx context.Context, cfg config.NodeConfig, opts ...Option) (*Node, err
 		}
 	}
 
+	if err := CheckAPIExposure(cfg.API, o.apiToken); err != nil {
+		return nil, fmt.Errorf("node: %w", err)
+	}
 	var bsAddrs []ma.Multiaddr
 	for _, ai := range bootstrap {
 		bsAddrs = append(bsAddrs, ai.Addrs...)
@@ -332,6 +359,7 @@ func New(ctx context.Context, cfg config.NodeConfig, opts ...Option) (*Node, err
 		key:         key,
 		state:       o.state,
 		healthFault: o.healthFault,
+		faultsView:  o.faultsView,
 		start:       time.Now(),
 		host:        h,
 		mux:         http.NewServeMux(),
@@ -380,7 +408,7 @@ func New(ctx context.Context, cfg config.NodeConfig, opts ...Option) (*Node, err
 		// drops the default pk and ipns namespaces.
 		dht.Validator(record.NamespacedValidator{DHTNamespace: RecordValidator{
 			Network:  n.network,
-			OnReject: func(r RejectReason, err error) { n.table.Reject(r, "", err) },
+			OnReject: func(r RejectReason, err error) { n.table.RejectVia(SourceDHT, r, "", err) },
 		}}),
 		dht.MaxRecordAge(max(4*cfg.RecordTTL, time.Minute)),
 		dht.BootstrapPeers(bootstrap...),
@@ -407,7 +435,7 @@ func New(ctx context.Context, cfg config.NodeConfig, opts ...Option) (*Node, err
 		}
 		n.apiLn = ln
 		n.api = &http.Server{
-			Handler:           recoverHandler(n.log, n.mux),
+			Handler:           recoverHandler(n.log, RequireToken(o.apiToken, n.mux)),
 			ReadHeaderTimeout: 5 * time.Second,
 			IdleTimeout:       time.Minute,
 		}
@@ -829,12 +857,12 @@ func (n *Node) verifyGossip(author peer.ID, data []byte) (any, error) {
 	}
 	sd, err := OpenNodeData(data, n.network)
 	if err != nil {
-		n.table.Reject(ReasonOf(err), author, err)
+		n.table.RejectVia(SourceGossip, ReasonOf(err), author, err)
 		return nil, err
 	}
 	if sd.Data.PeerID != author {
 		err := reject(RejectForged, fmt.Errorf("record of %s published by %s", sd.Data.PeerID, author))
-		n.table.Reject(RejectForged, author, err)
+		n.table.RejectVia(SourceGossip, RejectForged, author, err)
 		return nil, err
 	}
 	if author == n.ID() {
@@ -853,7 +881,7 @@ func (n *Node) verifyGossip(author peer.ID, data []byte) (any, error) {
 		// An older record is not relayed, but the relaying peer may just
 		// have been slow: ignore rather than punish.
 		err := reject(RejectReplay, fmt.Errorf("sequence %d of %s, already have %d", sd.Data.Sequence, author, have))
-		n.table.Reject(RejectReplay, author, err)
+		n.table.RejectVia(SourceGossip, RejectReplay, author, err)
 		return nil, fmt.Errorf("%w: %w", pubsub.ErrIgnore, err)
 	}
 	n.enter(sd, author, SourceGossip)
@@ -864,7 +892,7 @@ func (n *Node) verifyGossip(author peer.ID, data []byte) (any, error) {
 func (n *Node) accept(data []byte, from peer.ID, src Source) (bool, error) {
 	sd, err := OpenNodeData(data, n.network)
 	if err != nil {
-		n.table.Reject(ReasonOf(err), from, err)
+		n.table.RejectVia(src, ReasonOf(err), from, err)
 		return false, err
 	}
 	return n.enter(sd, from, src)
@@ -890,7 +918,7 @@ func (n *Node) Lookup(ctx context.Context, id peer.ID) (NodeData, error) {
 	}
 	sd, err := OpenNodeData(val, n.network)
 	if err != nil {
-		n.table.Reject(ReasonOf(err), "", err)
+		n.table.RejectVia(SourceDHT, ReasonOf(err), "", err)
 		return NodeData{}, fmt.Errorf("dht lookup %s: %w", id, err)
 	}
 	if sd.Data.PeerID != id {

@@ -48,6 +48,10 @@ func (s Source) String() string {
 	return fmt.Sprintf("Source(%d)", int(s))
 }
 
+// numSources sizes the per-source rejection counters; index 0 counts the
+// rejections whose source was not said.
+const numSources = int(SourceSync) + 1
+
 // PeerInfo is what the peer table knows of one peer. Values handed out are
 // copies of an immutable entry: callers must not modify the slices inside.
 type PeerInfo struct {
@@ -122,6 +126,8 @@ type PeerTable struct {
 
 	state   atomic.Pointer[tableState]
 	rejects [len(rejectNames)]atomic.Uint64
+	// rejectsBy counts the same rejections by source, then reason.
+	rejectsBy [numSources][len(rejectNames)]atomic.Uint64
 
 	mu         sync.Mutex // serialises writers
 	connected  map[peer.ID]bool
@@ -160,7 +166,7 @@ func NewPeerTable(cfg PeerTableConfig) *PeerTable {
 func (t *PeerTable) Submit(data []byte, from peer.ID, src Source) (bool, error) {
 	sd, err := OpenNodeData(data, t.network)
 	if err != nil {
-		t.Reject(ReasonOf(err), from, err)
+		t.RejectVia(src, ReasonOf(err), from, err)
 		return false, err
 	}
 	return t.Offer(sd, from, src)
@@ -176,7 +182,7 @@ func (t *PeerTable) Offer(sd *SignedNodeData, from peer.ID, src Source) (bool, e
 	}
 	if sd.Data.Network != t.network {
 		err := reject(RejectWrongNetwork, fmt.Errorf("network %q, want %q", sd.Data.Network, t.network))
-		t.Reject(RejectWrongNetwork, from, err)
+		t.RejectVia(src, RejectWrongNetwork, from, err)
 		return false, err
 	}
 	now := t.clock.Now()
@@ -197,7 +203,7 @@ func (t *PeerTable) Offer(sd *SignedNodeData, from peer.ID, src Source) (bool, e
 			return false, nil
 		}
 		err := reject(RejectReplay, fmt.Errorf("sequence %d of %s, already have %d", sd.Data.Sequence, id, floor))
-		t.rejectLocked(RejectReplay, from, err)
+		t.rejectLocked(src, RejectReplay, from, err)
 		return false, err
 	}
 	delete(t.tombstones, id)
@@ -242,16 +248,26 @@ func (t *PeerTable) HoldsGossiped(id peer.ID, envelope []byte) bool {
 // Reject counts a refused record and logs it at debug, once per reason and
 // sender.
 func (t *PeerTable) Reject(reason RejectReason, from peer.ID, err error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.rejectLocked(reason, from, err)
+	t.RejectVia(0, reason, from, err)
 }
 
-func (t *PeerTable) rejectLocked(reason RejectReason, from peer.ID, err error) {
+// RejectVia is Reject for a record that arrived by src (gossip, the DHT or
+// sync), so that rejections can be told apart by where they came from.
+func (t *PeerTable) RejectVia(src Source, reason RejectReason, from peer.ID, err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.rejectLocked(src, reason, from, err)
+}
+
+func (t *PeerTable) rejectLocked(src Source, reason RejectReason, from peer.ID, err error) {
 	if reason <= 0 || int(reason) >= len(t.rejects) {
 		reason = RejectMalformed
 	}
+	if src < 0 || int(src) >= numSources {
+		src = 0
+	}
 	t.rejects[reason].Add(1)
+	t.rejectsBy[src][reason].Add(1)
 	k := rejectKey{reason, from}
 	if t.logged[k] {
 		return

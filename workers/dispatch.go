@@ -102,6 +102,8 @@ type Dispatcher struct {
 	seq    atomic.Uint64
 	prefix string
 	debug  bool // whether the logger takes debug lines (fields cost allocations)
+	// metrics counts requests, attempts and polls (see Collector).
+	metrics *dispatchMetrics
 }
 
 // DispatcherOption adjusts a Dispatcher.
@@ -153,10 +155,12 @@ func NewDispatcher(cfg config.Config, n *node.Node, pool *Pool, opts ...Dispatch
 	if l, ok := o.log.(interface{ IsLevelEnabled(logrus.Level) bool }); ok {
 		debug = l.IsLevelEnabled(logrus.DebugLevel)
 	}
-	return &Dispatcher{
+	d := &Dispatcher{
 		cfg: cfg, node: n, sel: sel, client: client, pool: pool, log: o.log,
-		prefix: id[max(0, len(id)-6):] + "-", debug: debug,
-	}, nil
+		prefix: id[max(0, len(id)-6):] + "-", debug: debug, metrics: newDispatchMetrics(),
+	}
+	sel.Liveness().OnTransition(d.metrics.transition)
+	return d, nil
 }
 
 // Selector returns the selection core the dispatcher drives.
@@ -175,6 +179,8 @@ type attemptResult struct {
 // when every attempt it started has ended.
 func (d *Dispatcher) Dispatch(ctx context.Context, req WorkRequest) WorkResult {
 	start := time.Now()
+	d.metrics.inFlight.Add(1)
+	defer d.metrics.inFlight.Add(-1)
 	if req.ID == "" {
 		req.ID = d.prefix + strconv.FormatUint(d.seq.Add(1), 10)
 	}
@@ -196,13 +202,7 @@ func (d *Dispatcher) Dispatch(ctx context.Context, req WorkRequest) WorkResult {
 	}
 	res.RequestID = req.ID
 	res.Duration = time.Since(start)
-	if !d.debug {
-		return res
-	}
-	d.log.WithFields(logrus.Fields{
-		"request_id": req.ID, "work_type": req.Type, "status": res.Status,
-		"worker": res.Worker, "attempts": len(res.Attempts), "duration": res.Duration,
-	}).Debug("request done")
+	d.observe(req, res, plan)
 	return res
 }
 
@@ -658,6 +658,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 func (d *Dispatcher) poll(ctx context.Context, id string) {
 	pid := peer.ID(id)
 	var err error
+	var rtt time.Duration
 	timeout := d.cfg.Worker.ConnectTimeout
 	if pi := d.cfg.Liveness.PollInterval; pi > 0 && pi < timeout {
 		timeout = pi
@@ -665,11 +666,12 @@ func (d *Dispatcher) poll(ctx context.Context, id string) {
 	pctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	if err = d.connect(pctx, id); err == nil {
-		_, _, err = d.node.Ping(pctx, pid)
+		rtt, _, err = d.node.Ping(pctx, pid)
 	}
 	if ctx.Err() != nil {
 		return // shutting down: not the peer's fault
 	}
+	d.metrics.poll(id, rtt, err, time.Now())
 	d.report(id, err == nil, err)
 }
 

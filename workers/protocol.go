@@ -102,7 +102,7 @@ type ServerStats struct {
 	// Dropped counts streams ended without a response for any other
 	// reason: the client went away or broke the protocol after its
 	// request, the resource manager refused the stream, the response could
-	// not be written.
+	// not be written, fault injection dropped it (WithFaults).
 	Dropped uint64
 }
 
@@ -112,6 +112,8 @@ type serverConfig struct {
 	readTimeout time.Duration
 	grace       time.Duration
 	allow       func(peer.ID) bool
+	access      *Access
+	faults      *Faults
 	observe     func(ServedRequest)
 	log         logrus.FieldLogger
 }
@@ -338,6 +340,14 @@ func (s *Server) run(str network.Stream, req *Request, sr *ServedRequest) {
 		s.respond(str, req, Fail(Denied, "peer %s is not allowed to submit work here", sr.Peer), sr)
 		return
 	}
+	if a := s.cfg.access; a != nil {
+		res, ok := a.acquire(sr.Peer)
+		if !ok {
+			s.respond(str, req, res, sr)
+			return
+		}
+		defer a.release(sr.Peer)
+	}
 	budget := req.Timeout
 	if budget <= 0 || budget > s.cfg.maxWorkTime {
 		budget = s.cfg.maxWorkTime
@@ -351,9 +361,10 @@ func (s *Server) run(str network.Stream, req *Request, sr *ServedRequest) {
 	if ok {
 		res = s.execute(str, req, t)
 		// The ticket's context keeps the first cause it was cancelled with.
-		if cause := context.Cause(t.ctx); errors.Is(cause, ErrClientGone) || errors.Is(cause, ErrMalformed) {
-			// Nobody is listening for the answer, or the client broke
-			// the protocol: do not write one.
+		if cause := context.Cause(t.ctx); errors.Is(cause, ErrClientGone) || errors.Is(cause, ErrMalformed) ||
+			errors.Is(cause, ErrFaultDropped) {
+			// Nobody is listening for the answer, the client broke the
+			// protocol, or fault injection dropped it: do not write one.
 			s.dropped.Add(1)
 			sr.Err = cause
 			_ = str.Reset()
@@ -375,7 +386,13 @@ func (s *Server) execute(str network.Stream, req *Request, t *ticket) Result {
 	}
 	w := &watchdog{str: str, cancel: t.cancel, accept: req.AcceptTimeout > 0, done: make(chan struct{})}
 	timer := time.AfterFunc(grace, w.run)
-	res := s.pool.runInline(t)
+	res, faulted := Result{}, false
+	if s.cfg.faults != nil {
+		res, faulted = s.cfg.faults.inject(s.pool, t)
+	}
+	if !faulted {
+		res = s.pool.runInline(t)
+	}
 	if !timer.Stop() {
 		w.stop() // it fired: end its read and wait for it
 	}

@@ -61,7 +61,7 @@ func newNodeStartCommand() *cobra.Command {
 			if _, err := node.ParseListen(cfg.Node.Listen); err != nil {
 				return usageError{err}
 			}
-			if _, err := workers.NewBuiltinRegistry(cfg.Node.WorkTypes...); err != nil {
+			if _, err := workers.NewBuiltinRegistry(builtinTypes(cfg.Node.WorkTypes)...); err != nil {
 				return usageError{fmt.Errorf("--work-types: %w", err)}
 			}
 			log, err := newLogger(cfg.Node.LogLevel, cfg.Node.LogFormat)

@@ -3,103 +3,282 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
-	"net/http"
+	"os"
+	"os/signal"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/workmesh/workmesh/config"
-	"github.com/workmesh/workmesh/node"
+	"github.com/workmesh/workmesh/workers"
 )
 
-// peersTimeout bounds the request to the local API.
-const peersTimeout = 5 * time.Second
+// Bounds of `workmesh peers --watch --interval`.
+const (
+	minWatchInterval = 250 * time.Millisecond
+	maxWatchInterval = time.Hour
+)
 
-// maxPeersResponse bounds the API answer read by `workmesh peers`.
-const maxPeersResponse = 64 << 20
+// peersOptions are the flags of `workmesh peers`.
+type peersOptions struct {
+	api      string
+	output   string
+	workType string
+	wide     bool
+	watch    bool
+	interval time.Duration
+}
 
 func newPeersCommand() *cobra.Command {
-	var api, output string
+	var o peersOptions
 	cmd := &cobra.Command{
 		Use:   "peers",
-		Short: "List the peers a running node knows",
-		Long:  "peers asks a running node's local API for its peer table: every fresh peer with its work types,\nlabels, heads, load, sequence, when it was last refreshed and whether it is connected.",
-		Args:  cobra.NoArgs,
+		Short: "List the peers a running node knows, as its dispatcher sees them",
+		Long: "peers asks a running node's local API for every fresh peer: its liveness state (alive, unreachable,\n" +
+			"probing), its rating score for each work type (\"unrated\" while it has too few samples and is\n" +
+			"explored), labels, work types with their heads (type@head), load (running+queued/capacity), the\n" +
+			"round-trip time of the node's last good health poll of it (\"-\" before one), and when its record was\n" +
+			"last refreshed. --watch redraws the table every --interval until Ctrl-C; --output json or yaml\n" +
+			"prints the same for scripts (with --watch, one JSON document per line or YAML documents).",
+		Example: "  workmesh peers\n  workmesh peers --type sha256 --watch\n  workmesh peers --output json | jq '.[] | select(.state != \"alive\") | .id'",
+		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if output != "table" && output != "json" {
-				return usageError{fmt.Errorf("--output %q: want table or json", output)}
-			}
-			peers, err := fetchPeers(cmd.Context(), api)
-			if err != nil {
+			if err := checkOutput(o.output, "table", "json", "yaml"); err != nil {
 				return err
 			}
-			if output == "json" {
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
-				return enc.Encode(peers)
+			if o.watch && (o.interval < minWatchInterval || o.interval > maxWatchInterval) {
+				return usageError{fmt.Errorf("--interval %s: want %s to %s", o.interval, minWatchInterval, maxWatchInterval)}
 			}
-			return printPeerTable(cmd.OutOrStdout(), peers)
+			o.api = resolveAPI(cmd, o.api)
+			out := cmd.OutOrStdout()
+			if !o.watch {
+				peers, err := fetchPeerStatus(cmd.Context(), o.api)
+				if err != nil {
+					return err
+				}
+				return printPeers(out, o, peers, time.Now())
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return watchPeers(ctx, out, cmd.ErrOrStderr(), o)
 		},
 	}
-	cmd.Flags().StringVar(&api, "api", config.Defaults().Node.API, "address of the node's local HTTP API")
-	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table or json")
+	addAPIFlag(cmd, &o.api)
+	f := cmd.Flags()
+	f.StringVarP(&o.output, "output", "o", "table", "output format: table, json or yaml")
+	f.StringVarP(&o.workType, "type", "t", "", "only peers serving this work type, with their score for it")
+	f.BoolVar(&o.wide, "wide", false, "full peer IDs, addresses and versions")
+	f.BoolVarP(&o.watch, "watch", "w", false, "redraw every --interval until Ctrl-C")
+	f.DurationVar(&o.interval, "interval", 2*time.Second, fmt.Sprintf("time between redraws with --watch (%s to %s)", minWatchInterval, maxWatchInterval))
+	cmd.RegisterFlagCompletionFunc("output", completeOutputs("table", "json", "yaml"))
+	cmd.RegisterFlagCompletionFunc("type", completeWorkTypes)
 	return cmd
 }
 
-func fetchPeers(ctx context.Context, api string) ([]node.PeerView, error) {
-	ctx, cancel := context.WithTimeout(ctx, peersTimeout)
-	defer cancel()
-	url := "http://" + api + "/v1/peers"
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return nil, usageError{fmt.Errorf("--api %q: %w", api, err)}
+// fetchPeerStatus asks the node for its dispatcher's view of its peers; a
+// node without that view answers with its peer table alone.
+func fetchPeerStatus(ctx context.Context, api string) ([]workers.PeerStatus, error) {
+	var peers []workers.PeerStatus
+	err := apiGet(ctx, api, workers.PeerStatusPath, &peers)
+	if errors.Is(err, errAPINotFound) {
+		err = apiGet(ctx, api, "/v1/peers", &peers)
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("ask the node at %s (is it running? see --api): %w", api, err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxPeersResponse))
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", url, err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s: %s: %s", url, resp.Status, strings.TrimSpace(string(body)))
-	}
-	var peers []node.PeerView
-	if err := json.Unmarshal(body, &peers); err != nil {
-		return nil, fmt.Errorf("GET %s: decode answer: %w", url, err)
-	}
-	return peers, nil
+	return peers, err
 }
 
-func printPeerTable(w io.Writer, peers []node.PeerView) error {
+// watchPeers redraws the peers every interval until ctx ends. A node that
+// cannot be reached is reported (on the table's screen, or on errOut for
+// json and yaml) and asked again at the next tick.
+func watchPeers(ctx context.Context, out, errOut io.Writer, o peersOptions) error {
+	tty := isTerminal(out)
+	tick := time.NewTicker(o.interval)
+	defer tick.Stop()
+	for first := true; ; first = false {
+		peers, err := fetchPeerStatus(ctx, o.api)
+		if ctx.Err() != nil {
+			return nil
+		}
+		now := time.Now()
+		switch {
+		case o.output == "json":
+			if err != nil {
+				fmt.Fprintf(errOut, "workmesh: %v\n", err)
+				break
+			}
+			b, jerr := json.Marshal(peers)
+			if jerr != nil {
+				return fmt.Errorf("encode json: %w", jerr)
+			}
+			fmt.Fprintf(out, "%s\n", b)
+		case o.output == "yaml":
+			if err != nil {
+				fmt.Fprintf(errOut, "workmesh: %v\n", err)
+				break
+			}
+			fmt.Fprintln(out, "---")
+			if err := writeData(out, "yaml", peers); err != nil {
+				return err
+			}
+		default:
+			if tty {
+				fmt.Fprint(out, "\x1b[H\x1b[2J") // home, clear the screen
+			} else if !first {
+				fmt.Fprintln(out)
+			}
+			fmt.Fprintf(out, "every %s, %s (Ctrl-C stops)\n", o.interval, now.Format("15:04:05"))
+			if err != nil {
+				fmt.Fprintf(out, "%v; trying again\n", err)
+				break
+			}
+			if err := printPeers(out, o, peers, now); err != nil {
+				return err
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+	}
+}
+
+// printPeers prints the peers in o's format.
+func printPeers(w io.Writer, o peersOptions, peers []workers.PeerStatus, now time.Time) error {
+	if o.workType != "" {
+		peers = slices.DeleteFunc(slices.Clone(peers), func(p workers.PeerStatus) bool { return !slices.Contains(p.WorkTypes, o.workType) })
+	}
+	if o.output != "table" {
+		if peers == nil {
+			peers = []workers.PeerStatus{}
+		}
+		return writeData(w, o.output, peers)
+	}
+	return printPeerTable(w, peers, o.workType, o.wide, now)
+}
+
+// printPeerTable prints one line per peer, with a headline counting them
+// by state.
+func printPeerTable(w io.Writer, peers []workers.PeerStatus, workType string, wide bool, now time.Time) error {
 	if len(peers) == 0 {
-		_, err := fmt.Fprintln(w, "no peers known")
+		what := "no peers known"
+		if workType != "" {
+			what = "no known peer serves " + workType
+		}
+		_, err := fmt.Fprintln(w, what)
 		return err
 	}
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "PEER\tCONNECTED\tWORK TYPES\tLABELS\tLOAD\tSEQUENCE\tLAST SEEN\tADDRS")
+	states := map[string]int{}
 	for _, p := range peers {
+		states[stateOf(p)]++
+	}
+	var parts []string
+	for _, s := range []string{"alive", "probing", "unreachable", "unknown"} {
+		if states[s] > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", states[s], s))
+		}
+	}
+	noun := "peers"
+	if len(peers) == 1 {
+		noun = "peer"
+	}
+	fmt.Fprintf(w, "%d %s: %s\n", len(peers), noun, strings.Join(parts, ", "))
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	header := "PEER\tSTATE\tSCORE\tLABELS\tWORK TYPES\tLOAD\tRTT\tLAST SEEN"
+	if wide {
+		header += "\tVERSION\tADDRS"
+	}
+	fmt.Fprintln(tw, header)
+	for _, p := range peers {
+		id := shortPeer(p.ID)
+		if wide {
+			id = p.ID
+		}
 		types := make([]string, 0, len(p.WorkTypes))
 		for _, wt := range p.WorkTypes {
 			if h, ok := p.Heads[wt]; ok {
-				wt = fmt.Sprintf("%s@%d", wt, h)
+				wt += "@" + strconv.FormatUint(h, 10)
 			}
 			types = append(types, wt)
 		}
 		sort.Strings(types)
-		fmt.Fprintf(tw, "%s\t%t\t%s\t%s\t%d+%d/%d\t%d\t%s ago\t%s\n",
-			p.ID, p.Connected, dash(strings.Join(types, ",")), dash(strings.Join(p.Labels, ",")),
-			p.Load.InFlight, p.Load.Queued, p.Capacity.MaxConcurrent, p.Sequence,
-			time.Since(p.LastSeen).Round(time.Second), dash(strings.Join(p.Addrs, ",")))
+		rtt := "-" // never polled, or polling is off
+		switch {
+		case p.PollError != "":
+			rtt = "failed"
+		case p.RTTMS != nil:
+			rtt = fmtMS(*p.RTTMS)
+		}
+		line := fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%d+%d/%d\t%s\t%s",
+			id, stateOf(p), scoreOf(p, workType), dash(strings.Join(p.Labels, ",")), dash(strings.Join(types, ",")),
+			p.Load.InFlight, p.Load.Queued, p.Capacity.MaxConcurrent, rtt, ago(now, p.LastSeen))
+		if wide {
+			line += fmt.Sprintf("\t%s\t%s", dash(p.Version), dash(strings.Join(p.Addrs, ",")))
+		}
+		fmt.Fprintln(tw, line)
 	}
 	return tw.Flush()
+}
+
+// stateOf names the peer's liveness state; "unknown" from a node that does
+// not say.
+func stateOf(p workers.PeerStatus) string {
+	if p.State == "" {
+		return "unknown"
+	}
+	return p.State
+}
+
+// scoreOf renders the peer's score: for workType alone when given; else
+// one number when every type scores the same, or type=score for each.
+func scoreOf(p workers.PeerStatus, workType string) string {
+	one := func(s workers.TypeScore) string {
+		if !s.Rated {
+			return "unrated"
+		}
+		return strconv.FormatFloat(s.Score, 'f', 2, 64)
+	}
+	if len(p.Scores) == 0 {
+		return "-"
+	}
+	if workType != "" {
+		for _, s := range p.Scores {
+			if s.WorkType == workType {
+				return one(s)
+			}
+		}
+		return "-"
+	}
+	same := true
+	for _, s := range p.Scores[1:] {
+		if one(s) != one(p.Scores[0]) {
+			same = false
+		}
+	}
+	if same {
+		return one(p.Scores[0])
+	}
+	parts := make([]string, len(p.Scores))
+	for i, s := range p.Scores {
+		parts[i] = s.WorkType + "=" + one(s)
+	}
+	return strings.Join(parts, " ")
+}
+
+// ago renders the time since t, to the second.
+func ago(now, t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	d := max(0, now.Sub(t)).Round(time.Second)
+	return d.String() + " ago"
 }
 
 func dash(s string) string {

@@ -53,7 +53,10 @@ func newRootCommand() *cobra.Command {
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(newVersionCommand())
-	root.AddCommand(newNodeCommand(), newPeersCommand(), newSubmitCommand(), newDevnetCommand())
+	root.AddCommand(newNodeCommand(), newPeersCommand(), newSubmitCommand(), newPlanCommand(),
+		newStatusCommand(), newConfigCommand(), newDevnetCommand())
+	// cobra's completion command: `workmesh completion bash|zsh|fish|powershell`.
+	root.CompletionOptions.HiddenDefaultCmd = false
 	return root
 }
 

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/sirupsen/logrus"
 
 	"github.com/workmesh/workmesh/config"
@@ -32,6 +34,14 @@ type stack struct {
 	server *workers.Server
 	disp   *workers.Dispatcher
 	api    *workers.API
+	// extra holds the http and jsonrpc work types and their head poller.
+	extra *extraTypes
+	// faults and access are the work server's drill and admission settings.
+	faults *workers.Faults
+	access *workers.Access
+	// metrics is the node's own Prometheus registry, served at /metrics:
+	// several stacks in one process (devnet, tests) never share one.
+	metrics *prometheus.Registry
 
 	// ctx lives as long as the stack: background loops run under it and
 	// API requests are cut short by its end.
@@ -63,12 +73,31 @@ func startStack(ctx context.Context, cfg config.Config, log *logrus.Logger, opts
 	for _, o := range opts {
 		o(&so)
 	}
-	reg, err := workers.NewBuiltinRegistry(cfg.Node.WorkTypes...)
+	if err := node.CheckAPIExposure(cfg.Node.API, cfg.Access.APIToken); err != nil {
+		return nil, usageError{err}
+	}
+	access, err := workers.NewAccess(cfg.Access)
 	if err != nil {
+		return nil, usageError{err}
+	}
+	faults, err := workers.NewFaults(cfg.Fault)
+	if err != nil {
+		return nil, usageError{err}
+	}
+	// The work types that need settings of their own are built first, so
+	// a bad setting stops the start before anything listens.
+	extra, err := newExtraTypes(ctx, cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	reg, err := extra.newRegistry(cfg.Node.WorkTypes)
+	if err != nil {
+		extra.close()
 		return nil, fmt.Errorf("work-types: %w", err)
 	}
 	pool, err := workers.NewPool(reg, cfg.Worker, log)
 	if err != nil {
+		extra.close()
 		return nil, err
 	}
 	// The node advertises exactly what the registry serves: with no
@@ -76,20 +105,22 @@ func startStack(ctx context.Context, cfg config.Config, log *logrus.Logger, opts
 	cfg.Node.WorkTypes = reg.Names()
 
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	s := &stack{cfg: cfg, log: log, reg: reg, pool: pool, ctx: sctx, cancel: cancel}
+	s := &stack{cfg: cfg, log: log, reg: reg, pool: pool, ctx: sctx, cancel: cancel, extra: extra, faults: faults, access: access}
 	fail := func(err error) (*stack, error) {
 		s.Close()
 		return nil, err
 	}
 	nodeOpts := append([]node.Option{
 		node.WithLogger(log), node.WithVersion(version), node.WithLocalState(poolState{pool}),
+		node.WithAPIToken(cfg.Access.APIToken), node.WithFaultsView(func() any { return faults.View() }),
 	}, so.nodeOpts...)
 	n, err := node.New(sctx, cfg.Node, nodeOpts...)
 	if err != nil {
 		return fail(err)
 	}
 	s.node = n
-	if s.server, err = workers.NewServer(n.Host(), n.Network(), pool, workers.WithServerLogger(log)); err != nil {
+	if s.server, err = workers.NewServer(n.Host(), n.Network(), pool, workers.WithServerLogger(log),
+		workers.WithObserver(servedLogger(log)), workers.WithAccess(access), workers.WithFaults(faults)); err != nil {
 		return fail(err)
 	}
 	if s.disp, err = workers.NewDispatcher(cfg, n, pool, workers.WithDispatchLogger(log)); err != nil {
@@ -99,6 +130,33 @@ func startStack(ctx context.Context, cfg config.Config, log *logrus.Logger, opts
 		return fail(err)
 	}
 	if err := s.api.Register(n.HandleAPI); err != nil {
+		return fail(err)
+	}
+	if err := faults.Register(n.HandleAPI); err != nil {
+		return fail(err)
+	}
+	rpc, err := workers.NewRPCHandler(s.dispatch, workers.WithRPCLogger(log))
+	if err != nil {
+		return fail(err)
+	}
+	if err := rpc.Register(n.HandleAPI); err != nil {
+		return fail(err)
+	}
+	extra.onHead(n.Announce)
+	s.wg.Go(func() { extra.run(sctx) })
+	s.metrics = prometheus.NewRegistry()
+	if err := registerAll(s.metrics,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		n.Collector(), s.disp.Collector(), workers.NewPoolCollector(pool),
+		workers.NewServerCollector(s.server), s.api.Collector()); err != nil {
+		return fail(err)
+	}
+	op, err := workers.NewOperator(s.disp, s.metrics, workers.WithStatusAPI(s.api),
+		workers.WithStatusServer(s.server), workers.WithOperatorLogger(log))
+	if err != nil {
+		return fail(err)
+	}
+	if err := op.Register(n.HandleAPI); err != nil {
 		return fail(err)
 	}
 	s.wg.Go(func() {
@@ -121,6 +179,34 @@ func (s *stack) dispatch(ctx context.Context, req workers.WorkRequest) workers.W
 	stop := context.AfterFunc(s.ctx, cancel)
 	defer stop()
 	return s.disp.Dispatch(ctx, req)
+}
+
+// registerAll registers every collector in reg.
+func registerAll(reg *prometheus.Registry, cs ...prometheus.Collector) error {
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			return fmt.Errorf("metrics: %w", err)
+		}
+	}
+	return nil
+}
+
+// servedLogger logs, at debug, each request this node's work server
+// answered for a peer, with request_id, peer and work_type fields.
+func servedLogger(log *logrus.Logger) func(workers.ServedRequest) {
+	return func(sr workers.ServedRequest) {
+		if !log.IsLevelEnabled(logrus.DebugLevel) {
+			return
+		}
+		f := log.WithFields(logrus.Fields{
+			"request_id": sr.ID, "peer": sr.Peer.String(), "work_type": sr.Type, "duration": sr.Duration,
+		})
+		if sr.Err != nil {
+			f.WithError(sr.Err).Debug("served request dropped")
+			return
+		}
+		f.WithField("outcome", sr.Outcome.String()).Debug("served request")
+	}
 }
 
 // announceLoad re-announces the node's record when the local worker's load
@@ -164,6 +250,7 @@ func (s *stack) Close() error {
 				errs = append(errs, err)
 			}
 		}
+		s.extra.close()
 		s.closeErr = errors.Join(errs...)
 	})
 	return s.closeErr

@@ -10,7 +10,9 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 	"unicode/utf8"
 
@@ -50,6 +52,11 @@ type submitOptions struct {
 	minHead     uint64
 	hasMinHead  bool
 	output      string
+	explain     bool
+	// Batches: file of JSON lines, at most concurrency at once.
+	file        string
+	concurrency int
+	progress    string
 }
 
 func newSubmitCommand() *cobra.Command {
@@ -61,11 +68,21 @@ func newSubmitCommand() *cobra.Command {
 			"The payload comes from --payload, --payload-file, or stdin when neither is given. With --output text\n" +
 			"(the default) the result goes to stdout as it is, and a line on stderr says how the request ended,\n" +
 			"which worker served it and every attempt; --output json prints the API's answer.\n\n" +
+			"--explain first prints the plan the node would follow (see `workmesh plan`). A request that fell\n" +
+			"back to the local worker or could not be placed always says why, counted by reason.\n\n" +
+			"--file runs a batch: one JSON object a line, {\"type\", \"payload\" or \"payload_b64\", \"timeout\",\n" +
+			"\"labels\", \"min_head\"} (--type, --labels, --timeout and --min-head fill what a line leaves out),\n" +
+			"at most --concurrency at once. It writes one JSON result a line to stdout, with the line number,\n" +
+			"shows progress on stderr (a bar with rate and ETA on a terminal, plain lines otherwise), and ends\n" +
+			"with a summary: ok and failed, latency percentiles, and how many each worker served. A bad line is\n" +
+			"reported with its number and does not stop the others.\n\n" +
 			"Exit codes: 0 ok or empty, 1 the work failed, 2 bad usage or no worker could take the work\n" +
-			"(or the API cannot be reached), 3 timed out.",
+			"(or the API cannot be reached), 3 timed out. A batch exits 1 when any line did not succeed.",
 		Example: "  workmesh submit --type sha256 --payload hello\n" +
 			"  workmesh submit --type echo --payload-file input.bin --output json\n" +
-			"  echo 250ms | workmesh submit --type sleep --timeout 2s --labels full",
+			"  echo 250ms | workmesh submit --type sleep --timeout 2s --labels full\n" +
+			"  workmesh submit --type sha256 --payload hello --explain\n" +
+			"  workmesh submit --file requests.jsonl --concurrency 8 > results.jsonl",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if !cmd.Flags().Changed("api") {
@@ -74,6 +91,11 @@ func newSubmitCommand() *cobra.Command {
 				}
 			}
 			o.hasMinHead = cmd.Flags().Changed("min-head")
+			if o.file != "" {
+				ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+				defer stop()
+				return runBatch(ctx, o, cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr())
+			}
 			return runSubmit(cmd.Context(), o, cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
@@ -86,6 +108,15 @@ func newSubmitCommand() *cobra.Command {
 	f.StringSliceVar(&o.labels, "labels", nil, "labels a remote worker must carry (comma-separated)")
 	f.Uint64Var(&o.minHead, "min-head", 0, "the position the request names, for work types with heads")
 	f.StringVarP(&o.output, "output", "o", "text", "output format: text (the result on stdout, a summary on stderr) or json")
+	f.BoolVar(&o.explain, "explain", false, "print the plan the node would follow before sending the request")
+	f.StringVar(&o.file, "file", "", "run a batch: a file of JSON requests, one a line (- for stdin)")
+	f.IntVarP(&o.concurrency, "concurrency", "c", 4, fmt.Sprintf("batch: requests at once (1 to %d)", maxBatchConcurrency))
+	f.StringVar(&o.progress, "progress", "auto", "batch progress on stderr: auto (a bar on a terminal, lines otherwise), bar, lines or off")
+	cmd.RegisterFlagCompletionFunc("output", completeOutputs("text", "json"))
+	cmd.RegisterFlagCompletionFunc("progress", completeOutputs("auto", "bar", "lines", "off"))
+	cmd.RegisterFlagCompletionFunc("type", completeWorkTypes)
+	cmd.MarkFlagFilename("file", "jsonl", "json", "ndjson")
+	cmd.MarkFlagFilename("payload-file")
 	return cmd
 }
 
@@ -104,6 +135,17 @@ func runSubmit(ctx context.Context, o submitOptions, stdin io.Reader, stdout, st
 	payload, err := readPayload(o, stdin, stderr)
 	if err != nil {
 		return err
+	}
+	if o.explain {
+		var mh *uint64
+		if o.hasMinHead {
+			mh = &o.minHead
+		}
+		v, err := fetchPlan(ctx, o.api, o.workType, o.labels, mh)
+		if err != nil {
+			return err
+		}
+		printPlan(stderr, v)
 	}
 	req := workers.APIRequest{Type: o.workType, Labels: o.labels}
 	if utf8.Valid(payload) {
@@ -184,10 +226,10 @@ func readPayload(o submitOptions, stdin io.Reader, stderr io.Writer) ([]byte, er
 	return b, nil
 }
 
-// isTerminal reports whether r looks like an interactive terminal: a
-// character device other than /dev/null.
-func isTerminal(r io.Reader) bool {
-	f, ok := r.(*os.File)
+// isTerminal reports whether v (a reader or writer) looks like an
+// interactive terminal: a character device other than /dev/null.
+func isTerminal(v any) bool {
+	f, ok := v.(*os.File)
 	if !ok {
 		return false
 	}
@@ -224,6 +266,7 @@ func postWork(ctx context.Context, api string, req workers.APIRequest, timeout t
 		return workAnswer{}, usageError{fmt.Errorf("--api %q: %w", api, err)}
 	}
 	hreq.Header.Set("Content-Type", "application/json")
+	authorize(hreq)
 	resp, err := http.DefaultClient.Do(hreq)
 	if err != nil {
 		if ctx.Err() != nil {

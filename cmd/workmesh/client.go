@@ -1,0 +1,172 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/workmesh/workmesh/config"
+	"github.com/workmesh/workmesh/workers"
+)
+
+// apiTokenEnv names the environment variable whose value the client
+// commands send as a bearer token: the node's api-token setting, which a
+// node requires when its API listens on anything but loopback.
+const apiTokenEnv = "WORKMESH_API_TOKEN"
+
+// clientTimeout bounds one request of the read-only client commands
+// (peers, plan, status) to the local API.
+const clientTimeout = 5 * time.Second
+
+// maxViewResponse bounds an answer of the read-only API endpoints.
+const maxViewResponse = 64 << 20
+
+// addAPIFlag registers --api on a client command; resolveAPI fills it from
+// WORKMESH_API when the flag was not given.
+func addAPIFlag(cmd *cobra.Command, api *string) {
+	cmd.Flags().StringVar(api, "api", config.Defaults().Node.API, "address of the node's local HTTP API (env "+apiEnv+")")
+}
+
+// resolveAPI returns --api, or WORKMESH_API when the flag was not given.
+func resolveAPI(cmd *cobra.Command, api string) string {
+	if !cmd.Flags().Changed("api") {
+		if env := os.Getenv(apiEnv); env != "" {
+			return env
+		}
+	}
+	return api
+}
+
+// authorize adds the bearer token from WORKMESH_API_TOKEN, when set.
+func authorize(req *http.Request) {
+	if tok := os.Getenv(apiTokenEnv); tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+}
+
+// errAPINotFound means the node does not serve the path asked for (an
+// older node).
+var errAPINotFound = errors.New("not served by this node")
+
+// apiGet sends GET path to the API at api and decodes the JSON answer into
+// out. An API that cannot be reached is an error with exit code 2, naming
+// the address and how to pick another.
+func apiGet(ctx context.Context, api, path string, out any) error {
+	ctx, cancel := context.WithTimeout(ctx, clientTimeout)
+	defer cancel()
+	url := "http://" + api + path
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return usageError{fmt.Errorf("--api %q: %w", api, err)}
+	}
+	authorize(req)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return exitError{exitUnavailable, fmt.Errorf("cannot reach the node's API at %s (is a node or devnet running? see --api or %s): %w", api, apiEnv, err)}
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxViewResponse))
+	if err != nil {
+		return fmt.Errorf("read the answer of GET %s: %w", url, err)
+	}
+	if resp.StatusCode == http.StatusNotFound {
+		return fmt.Errorf("GET %s: %w", url, errAPINotFound)
+	}
+	if resp.StatusCode != http.StatusOK {
+		msg := strings.TrimSpace(string(body))
+		var apiErr workers.APIError
+		if json.Unmarshal(body, &apiErr) == nil && apiErr.Error != "" {
+			msg = apiErr.Error
+		}
+		err := fmt.Errorf("GET %s: %s: %s", url, resp.Status, msg)
+		if resp.StatusCode >= 400 && resp.StatusCode < 500 {
+			return exitError{exitUnavailable, err}
+		}
+		return err
+	}
+	if err := json.Unmarshal(body, out); err != nil {
+		return fmt.Errorf("GET %s: decode the answer: %w", url, err)
+	}
+	return nil
+}
+
+// checkOutput refuses an --output value that is not one of allowed.
+func checkOutput(output string, allowed ...string) error {
+	for _, a := range allowed {
+		if output == a {
+			return nil
+		}
+	}
+	return usageError{fmt.Errorf("--output %q: want %s", output, strings.Join(allowed, ", "))}
+}
+
+// writeData writes v as indented JSON or as YAML with the same keys (the
+// JSON field names), for scripts.
+func writeData(w io.Writer, format string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode %s: %w", format, err)
+	}
+	if format == "yaml" {
+		var generic any
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.UseNumber()
+		if err := dec.Decode(&generic); err != nil {
+			return fmt.Errorf("encode yaml: %w", err)
+		}
+		b, err = yaml.Marshal(yamlNumbers(generic))
+		if err != nil {
+			return fmt.Errorf("encode yaml: %w", err)
+		}
+		_, err = w.Write(b)
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s\n", b)
+	return err
+}
+
+// yamlNumbers turns json.Numbers back into numbers, so that YAML shows
+// 12 and 0.5 rather than quoted strings.
+func yamlNumbers(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			x[k] = yamlNumbers(e)
+		}
+	case []any:
+		for i, e := range x {
+			x[i] = yamlNumbers(e)
+		}
+	case json.Number:
+		if i, err := x.Int64(); err == nil {
+			return i
+		}
+		if f, err := x.Float64(); err == nil {
+			return f
+		}
+		return x.String()
+	}
+	return v
+}
+
+// completeOutputs completes --output with the given formats.
+func completeOutputs(formats ...string) func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+	return func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+		return formats, cobra.ShellCompDirectiveNoFileComp
+	}
+}
+
+// completeWorkTypes completes --type with the built-in work types.
+func completeWorkTypes(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+	return workers.BuiltinTypes(), cobra.ShellCompDirectiveNoFileComp
+}

@@ -1,0 +1,123 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync/atomic"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/workmesh/workmesh/config"
+	"github.com/workmesh/workmesh/workers"
+)
+
+// extraTypes holds the work types that need settings of their own: http
+// (served when work-types lists it) and jsonrpc (served when
+// jsonrpc-upstream is set). The stack owns them and their head poller.
+type extraTypes struct {
+	http    *workers.HTTPHandler
+	jsonrpc *workers.JSONRPC
+	// announce is called when the jsonrpc head moves, so peers see the new
+	// head without waiting for the next announce-interval.
+	announce atomic.Pointer[func()]
+}
+
+// builtinTypes returns the work types of list that are built in.
+func builtinTypes(list []string) []string {
+	out := make([]string, 0, len(list))
+	for _, t := range list {
+		if t != workers.HTTPType && t != workers.JSONRPCType {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// newExtraTypes builds the http and jsonrpc work types the configuration
+// asks for. A jsonrpc upstream that cannot be reached, or that reports
+// another chain than jsonrpc-chain-id, stops the start.
+func newExtraTypes(ctx context.Context, cfg config.Config, log *logrus.Logger) (*extraTypes, error) {
+	e := &extraTypes{}
+	if slices.Contains(cfg.Node.WorkTypes, workers.HTTPType) {
+		h, err := workers.NewHTTPHandler(cfg.HTTP)
+		if err != nil {
+			return nil, usageError{fmt.Errorf("work type http: %w", err)}
+		}
+		e.http = h
+	}
+	switch {
+	case cfg.JSONRPC.Upstream != "":
+		j, err := workers.NewJSONRPC(ctx, cfg.JSONRPC, log, workers.WithHeadChange(func(uint64) {
+			if f := e.announce.Load(); f != nil {
+				(*f)()
+			}
+		}))
+		if err != nil {
+			e.close()
+			return nil, fmt.Errorf("work type jsonrpc: %w", err)
+		}
+		e.jsonrpc = j
+	case slices.Contains(cfg.Node.WorkTypes, workers.JSONRPCType):
+		e.close()
+		return nil, usageError{fmt.Errorf("work type jsonrpc needs --jsonrpc-upstream")}
+	}
+	return e, nil
+}
+
+// newRegistry returns a registry of the built-in types work-types lists
+// (all of them when it lists none at all) and the extra types e holds.
+func (e *extraTypes) newRegistry(list []string) (*workers.Registry, error) {
+	builtin := builtinTypes(list)
+	var reg *workers.Registry
+	if len(list) > 0 && len(builtin) == 0 {
+		reg = workers.NewRegistry() // only extra types
+	} else {
+		var err error
+		if reg, err = workers.NewBuiltinRegistry(builtin...); err != nil {
+			return nil, err
+		}
+	}
+	if err := e.register(reg); err != nil {
+		return nil, err
+	}
+	return reg, nil
+}
+
+// register adds the extra types to reg.
+func (e *extraTypes) register(reg *workers.Registry) error {
+	if e.http != nil {
+		if err := reg.Register(workers.HTTPType, e.http); err != nil {
+			return err
+		}
+	}
+	if e.jsonrpc != nil {
+		if err := reg.Register(workers.JSONRPCType, e.jsonrpc); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// onHead sets what runs when the jsonrpc head moves.
+func (e *extraTypes) onHead(f func()) { e.announce.Store(&f) }
+
+// run polls the jsonrpc upstream's head until ctx ends.
+func (e *extraTypes) run(ctx context.Context) {
+	if e.jsonrpc != nil {
+		_ = e.jsonrpc.Run(ctx)
+	}
+}
+
+// close releases what the extra types hold.
+func (e *extraTypes) close() {
+	if e == nil {
+		return
+	}
+	if e.http != nil {
+		e.http.Close()
+	}
+	if e.jsonrpc != nil {
+		e.jsonrpc.Close()
+	}
+}

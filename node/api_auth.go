@@ -1,0 +1,137 @@
+package node
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+	"unicode"
+)
+
+// The local API takes work and changes faults: whoever reaches it uses the
+// node. On loopback that is the machine's own users; anywhere else it must
+// ask for a bearer token.
+
+// MinAPITokenLen is the shortest api-token accepted, in bytes: a token that
+// guards an API reachable from other machines must not be guessable.
+const MinAPITokenLen = 16
+
+// ErrAPIExposed means the local API would listen on an address other than
+// loopback without an api-token.
+var ErrAPIExposed = errors.New("api exposed without a token")
+
+// CheckAPIExposure refuses an API address that is not loopback when token
+// is empty (the node must not start), and a token that is set but too short
+// or not sendable in an Authorization header. An empty addr (no API) is
+// fine. Loopback is 127.0.0.0/8, ::1 and the name "localhost"; any other
+// name or address, including an empty host (":7400", every interface),
+// needs a token. Names are not resolved.
+func CheckAPIExposure(addr, token string) error {
+	if token != "" {
+		if len(token) < MinAPITokenLen {
+			return fmt.Errorf("api-token: %d bytes, want at least %d", len(token), MinAPITokenLen)
+		}
+		if i := strings.IndexFunc(token, func(r rune) bool { return r > unicode.MaxASCII || !unicode.IsGraphic(r) || unicode.IsSpace(r) }); i >= 0 {
+			return fmt.Errorf("api-token: byte %d is a space, a control or a non-ASCII character; want printable ASCII", i+1)
+		}
+	}
+	if addr == "" {
+		return nil
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("api address %q: %w", addr, err)
+	}
+	if isLoopbackHost(host) || token != "" {
+		return nil
+	}
+	where := host
+	if where == "" {
+		where = "every interface"
+	}
+	return fmt.Errorf("api address %s listens on %s, not loopback: set api-token (a bearer token of at least %d bytes) or listen on 127.0.0.1: %w",
+		addr, where, MinAPITokenLen, ErrAPIExposed)
+}
+
+// isLoopbackHost reports whether host (from an address, without port) can
+// only be reached from this machine.
+func isLoopbackHost(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Unmap().IsLoopback()
+}
+
+// RequireToken lets through only requests that carry "Authorization:
+// Bearer <token>"; others get 401 with a JSON error and a WWW-Authenticate
+// header. The comparison takes the same time whatever the token sent. An
+// empty token requires nothing and returns next as it is: an API without a
+// token is one CheckAPIExposure kept on loopback.
+func RequireToken(token string, next http.Handler) http.Handler {
+	if token == "" {
+		return next
+	}
+	want := sha256.Sum256([]byte(token))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got, ok := bearer(r.Header.Get("Authorization"))
+		// Hashing both sides makes the comparison constant-time in the
+		// token's length as well as its contents.
+		sum := sha256.Sum256([]byte(got))
+		if !ok || subtle.ConstantTimeCompare(sum[:], want[:]) != 1 {
+			msg := "missing bearer token: send Authorization: Bearer <api-token>"
+			if ok {
+				msg = "invalid bearer token"
+			}
+			w.Header().Set("WWW-Authenticate", `Bearer realm="workmesh"`)
+			writeAPIError(w, http.StatusUnauthorized, msg)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// bearer returns the token of an Authorization header of the Bearer scheme
+// (the scheme's name is case-insensitive).
+func bearer(h string) (string, bool) {
+	scheme, tok, ok := strings.Cut(h, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	tok = strings.TrimSpace(tok)
+	return tok, tok != ""
+}
+
+// LimitBody bounds the body of every request to n bytes: a request that
+// declares a longer body is answered 413 with a JSON error before next
+// runs, and a body that turns out longer fails next's read of it (an
+// *http.MaxBytesError). n must be positive.
+func LimitBody(n int64, next http.Handler) http.Handler {
+	if n < 1 {
+		panic(fmt.Sprintf("node: LimitBody(%d): want a positive limit", n))
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength > n {
+			writeAPIError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body: %d bytes, more than the %d allowed", r.ContentLength, n))
+			return
+		}
+		if r.Body != nil && r.Body != http.NoBody {
+			r.Body = http.MaxBytesReader(w, r.Body, n)
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// writeAPIError writes {"error": msg} with status code.
+func writeAPIError(w http.ResponseWriter, code int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(struct {
+		Error string `json:"error"`
+	}{msg})
+}

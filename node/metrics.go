@@ -1,0 +1,91 @@
+package node
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metric descriptions of the peer table. They are read from the table at
+// scrape time, so nothing on the record path pays for them.
+var (
+	descPeersKnown = prometheus.NewDesc("workmesh_peers_known",
+		"Peers in the peer table, fresh or past their record TTL but not yet expired.", nil, nil)
+	descPeersFresh = prometheus.NewDesc("workmesh_peers_fresh",
+		"Peers whose NodeData record is within its TTL: the candidates of dispatch.", nil, nil)
+	descPeersConnected = prometheus.NewDesc("workmesh_peers_connected",
+		"Fresh peers this node has a connection to.", nil, nil)
+	descRejections = prometheus.NewDesc("workmesh_nodedata_rejections_total",
+		"NodeData records refused, by how they arrived (gossip, dht, sync) and why.", []string{"source", "reason"}, nil)
+)
+
+// Collector returns a Prometheus collector of the node's peer table: peers
+// known, fresh and connected, and NodeData records refused by source and
+// reason. Register it in the node's own registry; it reads the table at
+// scrape time.
+func (n *Node) Collector() prometheus.Collector { return n.table.Collector() }
+
+// Collector returns a Prometheus collector of the table (see
+// (*Node).Collector).
+func (t *PeerTable) Collector() prometheus.Collector { return tableCollector{t} }
+
+// Known returns the number of peers in the table, fresh or not yet expired.
+func (t *PeerTable) Known() int { return len(t.state.Load().byID) }
+
+// RejectionsBySource returns how many records were refused, by the source
+// they arrived from and by reason. Rejections whose source was not said
+// (Reject rather than RejectVia) are under source 0.
+func (t *PeerTable) RejectionsBySource() map[Source]map[RejectReason]uint64 {
+	out := make(map[Source]map[RejectReason]uint64, numSources)
+	for src := range Source(numSources) {
+		m := make(map[RejectReason]uint64, len(rejectNames))
+		for _, r := range RejectReasons() {
+			m[r] = t.rejectsBy[src][r].Load()
+		}
+		out[src] = m
+	}
+	return out
+}
+
+// sourceLabel names a source in metrics; "other" for a source not said.
+func sourceLabel(s Source) string {
+	if s <= 0 || int(s) >= numSources {
+		return "other"
+	}
+	return s.String()
+}
+
+type tableCollector struct{ t *PeerTable }
+
+// Describe implements prometheus.Collector.
+func (c tableCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descPeersKnown
+	ch <- descPeersFresh
+	ch <- descPeersConnected
+	ch <- descRejections
+}
+
+// Collect implements prometheus.Collector.
+func (c tableCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.t.state.Load()
+	now := c.t.clock.Now()
+	fresh, connected := 0, 0
+	for _, e := range st.byID {
+		if c.t.fresh(e, now) {
+			fresh++
+			if e.Connected {
+				connected++
+			}
+		}
+	}
+	ch <- prometheus.MustNewConstMetric(descPeersKnown, prometheus.GaugeValue, float64(len(st.byID)))
+	ch <- prometheus.MustNewConstMetric(descPeersFresh, prometheus.GaugeValue, float64(fresh))
+	ch <- prometheus.MustNewConstMetric(descPeersConnected, prometheus.GaugeValue, float64(connected))
+	for src := range Source(numSources) {
+		for _, r := range RejectReasons() {
+			n := c.t.rejectsBy[src][r].Load()
+			if n == 0 && src == 0 {
+				continue // the unsaid source only shows once it counts
+			}
+			ch <- prometheus.MustNewConstMetric(descRejections, prometheus.CounterValue, float64(n), sourceLabel(src), r.String())
+		}
+	}
+}

@@ -13,12 +13,16 @@ import (
 // sample's weight halves every rating-window, so the rating describes the
 // peer as it is now, not since it was first seen.
 type stats struct {
-	mu      sync.Mutex
-	last    time.Time // when the sums were last decayed
-	n       float64   // weighted number of samples
-	errs    float64   // weighted retryable errors and unreachable attempts
-	busy    float64   // weighted busy refusals
-	latency float64   // weighted sum of latencies, in seconds
+	mu   sync.Mutex
+	last time.Time // when the sums were last decayed
+	n    float64   // weighted number of samples
+	errs float64   // weighted retryable errors and unreachable attempts
+	busy float64   // weighted busy refusals
+	// logLat and latN are the weighted sum of the logarithms of latencies
+	// (in seconds) and their weighted count: a geometric mean, so one
+	// stalled answer on a loaded machine does not outweigh many quick ones.
+	logLat float64
+	latN   float64
 
 	// inflight counts attempts picked and not yet reported; read without the
 	// lock to bound exploration of unrated peers.
@@ -39,7 +43,8 @@ func (s *stats) decay(now time.Time, halfLife time.Duration) {
 	s.n *= f
 	s.errs *= f
 	s.busy *= f
-	s.latency *= f
+	s.logLat *= f
+	s.latN *= f
 	s.last = now
 }
 
@@ -59,11 +64,12 @@ func (s *stats) record(o Outcome, latency time.Duration, now time.Time, halfLife
 		s.busy++
 	}
 	if latency > 0 {
-		s.latency += latency.Seconds()
+		s.logLat += math.Log(latency.Seconds())
+		s.latN++
 	}
 }
 
-// view is a point-in-time reading of stats.
+// view is a point-in-time reading of stats; latency is the geometric mean.
 type view struct {
 	n, errRate, busyRate, latency float64
 }
@@ -75,7 +81,11 @@ func (s *stats) read(now time.Time, halfLife time.Duration) view {
 	if s.n <= 0 {
 		return view{}
 	}
-	return view{n: s.n, errRate: s.errs / s.n, busyRate: s.busy / s.n, latency: s.latency / s.n}
+	v := view{n: s.n, errRate: s.errs / s.n, busyRate: s.busy / s.n}
+	if s.latN > 0 {
+		v.latency = math.Exp(s.logLat / s.latN)
+	}
+	return v
 }
 
 // scoreInputs are the terms of one peer's score for one work type.

@@ -346,10 +346,18 @@ func (p *Plan) Upcoming(n int) []string {
 	}
 	var out []string
 	for gi := p.cursor; gi < len(p.view.groups) && len(out) < n; gi++ {
-		for _, e := range p.view.groups[gi].members {
+		members := p.view.groups[gi].members
+		// Walk from where pickInGroup starts, so that round-robin and
+		// random plans dial ahead the peers they will actually offer next.
+		start := 0
+		if p.mode != config.ModeRating && len(members) > 0 {
+			start = int(p.rot % uint64(len(members)))
+		}
+		for i := range members {
 			if len(out) >= n {
 				break
 			}
+			e := members[(start+i)%len(members)]
 			if p.selectable(e) && !slices.Contains(out, e.id) {
 				out = append(out, e.id)
 			}

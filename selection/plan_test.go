@@ -180,3 +180,95 @@ func TestPlan_UpcomingPeeksWithoutSpending(t *testing.T) {
 		t.Fatalf("Upcoming must not spend budget: then tried %v", got)
 	}
 }
+
+// Round-robin and random plans start each group at their own rotation, and
+// the peers dialed ahead must be the ones they offer next, not the first
+// ones in ID order.
+func TestPlan_UpcomingFollowsRotation(t *testing.T) {
+	for _, mode := range []string{config.ModeRoundRobin, config.ModeRandom} {
+		cfg := testConfig()
+		cfg.Selection.Mode = mode
+		cfg.Worker.MaxRemoteWorkers = 3
+		cfg.Worker.MaxRetries = 2
+		s, _ := newSelector(t, cfg, peer("a"), peer("b"), peer("c"), peer("d"), peer("e"))
+		for range 7 {
+			p := s.Plan(Request{WorkType: "sha256"})
+			first := mustNext(t, p)
+			ahead := p.Upcoming(cfg.Worker.MaxRemoteWorkers)
+			if got := walk(t, p, Retryable); !eq(got, ahead) {
+				t.Fatalf("%s: after %s, Upcoming said %v, then the plan offered %v", mode, first.Peer, ahead, got)
+			}
+		}
+	}
+}
+
+// The round-robin position survives a refresh: a dispatcher refreshes the
+// ranking every 50ms under load, and a rotation restarted each time sends
+// most requests to the first peers in ID order.
+func TestPlan_RoundRobinAcrossRefreshes(t *testing.T) {
+	cfg := testConfig()
+	cfg.Selection.Mode = config.ModeRoundRobin
+	s, _ := newSelector(t, cfg, peer("a"), peer("b"), peer("c"), peer("d"))
+	counts := map[string]int{}
+	for range 40 {
+		p := s.Plan(Request{WorkType: "sha256"})
+		pk := mustNext(t, p)
+		counts[pk.Peer]++
+		p.Report(pk, Success, time.Millisecond)
+		s.Refresh()
+	}
+	for _, id := range []string{"a", "b", "c", "d"} {
+		if counts[id] != 10 {
+			t.Fatalf("round-robin over 40 requests with a refresh after each: %v, want 10 each", counts)
+		}
+	}
+}
+
+// In rating mode a peer the node is not connected to comes after the
+// connected ones, whatever its score: a worker that went away is no longer
+// the favourite once its connection closed, instead of holding every
+// request for a connect-timeout until its failures are counted.
+func TestPlan_RatingPrefersConnected(t *testing.T) {
+	cfg := testConfig()
+	fast, slow := peer("fast"), peer("slow")
+	fast.Connected, slow.Connected = true, true
+	s, _ := newSelector(t, cfg, fast, slow)
+	for range cfg.Rating.MinSamples + 2 { // rate both: fast at 1ms, slow at 5ms
+		// Two plans open at once take both unrated peers.
+		p1, p2 := s.Plan(Request{WorkType: "sha256"}), s.Plan(Request{WorkType: "sha256"})
+		pk1, pk2 := mustNext(t, p1), mustNext(t, p2)
+		for _, x := range []struct {
+			p  *Plan
+			pk Pick
+		}{{p1, pk1}, {p2, pk2}} {
+			lat := time.Millisecond
+			if x.pk.Peer == "slow" {
+				lat = 5 * time.Millisecond
+			}
+			x.p.Report(x.pk, Success, lat)
+		}
+	}
+	s.Refresh()
+	order := func() []string {
+		var ids []string
+		for _, r := range s.Ranking("sha256") {
+			ids = append(ids, r.Peer)
+		}
+		return ids
+	}
+	if got := order(); !eq(got, []string{"fast", "slow"}) {
+		t.Fatalf("both connected: %v, want [fast slow]", got)
+	}
+	fast.Connected = false
+	s.SetPeers([]Peer{fast, slow})
+	if got := order(); !eq(got, []string{"slow", "fast"}) {
+		t.Fatalf("fast not connected: %v, want [slow fast]", got)
+	}
+	p := s.Plan(Request{WorkType: "sha256"})
+	if pk := mustNext(t, p); pk.Peer != "slow" {
+		t.Fatalf("first pick %s, want the connected peer", pk.Peer)
+	}
+	if got := p.Upcoming(2); !eq(got, []string{"fast"}) {
+		t.Fatalf("upcoming after the connected peer: %v, want [fast]", got)
+	}
+}

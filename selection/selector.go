@@ -28,6 +28,12 @@ type Peer struct {
 	Types  []TypeInfo
 	// Load is the peer's advertised utilisation: 0 idle, 1 at capacity.
 	Load float64
+	// Connected says the node holds a connection to the peer now, so
+	// reaching it costs no dial. Rating mode offers connected peers first:
+	// a peer that went away (its connection closed) is not the favourite
+	// any more the moment the dispatcher hears of it, long before a dial
+	// to it times out or liveness has counted its failures.
+	Connected bool
 }
 
 // Option adjusts a Selector.
@@ -200,6 +206,7 @@ type entry struct {
 	head    uint64
 	hasHead bool
 	load    float64
+	conn    bool // the peer was connected at the last refresh
 	score   float64
 	rated   bool
 	health  *health
@@ -225,7 +232,7 @@ type typeView struct {
 	// headsKnown: every candidate advertises a head, so "above every head"
 	// can be decided. One unknown head makes the rule fail open.
 	headsKnown bool
-	rr         atomic.Uint64 // round-robin position
+	rr         *atomic.Uint64 // round-robin position, carried from one snapshot to the next
 }
 
 // snapshot is an immutable ranking; requests read it with one atomic load.
@@ -277,23 +284,31 @@ func (s *Selector) Refresh() {
 		for _, t := range p.Types {
 			slab = append(slab, entry{
 				id: p.ID, labels: p.Labels, head: t.Head, hasHead: t.HasHead,
-				load: p.Load, health: s.phealth[i], stats: s.pstats[i], idx: int32(i),
+				load: p.Load, conn: p.Connected, health: s.phealth[i], stats: s.pstats[i], idx: int32(i),
 			})
 			ti := entryType[len(slab)-1]
 			lists[ti] = append(lists[ti], &slab[len(slab)-1])
 		}
 	}
 	s.views = views
+	prev := s.snap.Load()
 	snap := &snapshot{types: make(map[string]*typeView, len(names)), at: now}
 	for ti, name := range names {
-		snap.types[name] = s.buildView(name, lists[ti])
+		tv := s.buildView(name, lists[ti])
+		// The round-robin position outlives the refresh: restarted at every
+		// refresh (every 50ms under load), it sent most requests to the
+		// first peers in ID order.
+		if old := prev.types[name]; old != nil {
+			tv.rr = old.rr
+		}
+		snap.types[name] = tv
 	}
 	s.views = nil
 	s.snap.Store(snap)
 }
 
 func (s *Selector) buildView(name string, entries []*entry) *typeView {
-	tv := &typeView{name: name, lb: s.cfg.LabelBalancingFor(name), headsKnown: true}
+	tv := &typeView{name: name, lb: s.cfg.LabelBalancingFor(name), headsKnown: true, rr: new(atomic.Uint64)}
 	best := 0.0
 	for _, e := range entries {
 		if e.hasHead {
@@ -334,7 +349,10 @@ func (s *Selector) buildView(name string, entries []*entry) *typeView {
 			if !e.rated {
 				k += 2
 			}
-			keys[i] = uint64(math.MaxUint32-uint32(k*(1<<30)))<<32 | uint64(i)
+			if e.conn {
+				k += 4 // connected peers before the ones a request would dial
+			}
+			keys[i] = uint64(math.MaxUint32-uint32(k*(1<<29)))<<32 | uint64(i)
 		}
 		slices.Sort(keys)
 		sorted := make([]*entry, len(entries))

@@ -584,7 +584,11 @@ func (c *Client) exchange(str network.Stream, req *Request, deadline time.Time) 
 	accepting := false
 	if req.AcceptTimeout > 0 {
 		if t := time.Now().Add(req.AcceptTimeout); t.Before(deadline) {
-			_ = str.SetReadDeadline(t)
+			// The write is bounded too: to a peer that died without closing
+			// its connection, opening the stream and writing the request can
+			// block (no stream credit, no acknowledgements) until the whole
+			// deadline, which is what the accept timeout exists to prevent.
+			_ = str.SetDeadline(t)
 			accepting = true
 		}
 	}
@@ -594,7 +598,13 @@ func (c *Client) exchange(str network.Stream, req *Request, deadline time.Time) 
 	_, err := str.Write(*buf)
 	putBuf(buf)
 	if err != nil {
+		if accepting && errors.Is(err, os.ErrDeadlineExceeded) {
+			err = fmt.Errorf("%w: the request could not be sent within %s (%v)", ErrAcceptTimeout, req.AcceptTimeout, err)
+		}
 		return Response{}, fmt.Errorf("write request: %w", err)
+	}
+	if accepting {
+		_ = str.SetWriteDeadline(time.Time{})
 	}
 
 	limit := frameLimit(c.cfg.maxPayload)

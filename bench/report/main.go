@@ -1,0 +1,327 @@
+// Command report turns the output of the performance suite (go test -bench,
+// see `make bench`) into the table of issue 6: each figure, workmesh's
+// value, the baseline measured in the same run, their ratio, the goal and
+// whether it is met. It prints the table and writes it as JSON.
+//
+//	go run ./bench/report -out bench/results.json bench/bench.txt
+//
+// It exits non-zero when a benchmark failed or a figure is missing, not when
+// a goal is missed: a missed goal is a result.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+)
+
+// figure says where one row of the table comes from and what it must meet.
+type figure struct {
+	name               string
+	workmesh, baseline source
+	// ratio is the metric holding the ratio; empty means workmesh/baseline.
+	ratio source
+	unit  string
+	goal  string
+	// met decides the goal from the row; nil means the row has no goal.
+	met func(r row) bool
+	// scale, when set, is a metric of the scaling run: the row compares
+	// the largest network size run with the smallest, and name is a
+	// format taking the two sizes.
+	scale string
+}
+
+// source is one metric of one benchmark.
+type source struct{ bench, metric string }
+
+// row is one line of the table, as printed and as written to JSON.
+type row struct {
+	Figure   string   `json:"figure"`
+	Workmesh *float64 `json:"workmesh"`
+	Baseline *float64 `json:"baseline"`
+	Unit     string   `json:"unit"`
+	Ratio    *float64 `json:"ratio"`
+	Goal     string   `json:"goal"`
+	Met      *bool    `json:"met"`
+}
+
+func ratioAtMost(limit float64) func(row) bool {
+	return func(r row) bool { return *r.Ratio <= limit }
+}
+
+func ratioAtLeast(limit float64) func(row) bool {
+	return func(r row) bool { return *r.Ratio >= limit }
+}
+
+// figures is the table of issue 6, in its order. Every ratio is workmesh
+// over baseline.
+var figures = []figure{
+	{
+		name:     "remote echo round trip via dispatcher vs bare libp2p stream (median)",
+		workmesh: source{"BenchmarkDispatchEchoVsBareStream", "dispatch-median-us"},
+		baseline: source{"BenchmarkDispatchEchoVsBareStream", "bare-median-us"},
+		ratio:    source{"BenchmarkDispatchEchoVsBareStream", "ratio"},
+		unit:     "µs", goal: "<= 1.25", met: ratioAtMost(1.25),
+	},
+	{
+		name:     "requests/s, 1 dispatcher + 2 workers, 64 callers vs bare stream echo",
+		workmesh: source{"BenchmarkPerfThroughputVsBareStream", "workmesh-req/s"},
+		baseline: source{"BenchmarkPerfThroughputVsBareStream", "baseline-req/s"},
+		ratio:    source{"BenchmarkPerfThroughputVsBareStream", "ratio"},
+		unit:     "req/s", goal: ">= 0.7", met: ratioAtLeast(0.7),
+	},
+	{
+		name:     "p99, 3 of 10 workers dead (rating's top 3): rating vs round-robin",
+		workmesh: source{"BenchmarkPerfDeadWorkersP99/dead=top3", "workmesh-ms"},
+		baseline: source{"BenchmarkPerfDeadWorkersP99/dead=top3", "baseline-ms"},
+		ratio:    source{"BenchmarkPerfDeadWorkersP99/dead=top3", "ratio"},
+		unit:     "ms", goal: "<= 0.2 (5x lower)", met: ratioAtMost(0.2),
+	},
+	{
+		name:     "p99, 3 of 10 workers dead (not rating's favourite): rating vs round-robin",
+		workmesh: source{"BenchmarkPerfDeadWorkersP99/dead=others", "workmesh-ms"},
+		baseline: source{"BenchmarkPerfDeadWorkersP99/dead=others", "baseline-ms"},
+		ratio:    source{"BenchmarkPerfDeadWorkersP99/dead=others", "ratio"},
+		unit:     "ms", goal: "<= 0.2 (5x lower)", met: ratioAtMost(0.2),
+	},
+	{
+		name:     "share of requests reaching a half-failing worker: rating vs round-robin",
+		workmesh: source{"BenchmarkPerfFlakyWorkerShare", "workmesh-%"},
+		baseline: source{"BenchmarkPerfFlakyWorkerShare", "baseline-%"},
+		ratio:    source{"BenchmarkPerfFlakyWorkerShare", "ratio"},
+		unit:     "%", goal: "<= 0.2", met: ratioAtMost(0.2),
+	},
+	{
+		name:     "new node eligible at 19 dispatchers vs raw gossipsub to 19 hosts",
+		workmesh: source{"BenchmarkPerfEligibleVsRawGossip", "workmesh-ms"},
+		baseline: source{"BenchmarkPerfEligibleVsRawGossip", "baseline-ms"},
+		ratio:    source{"BenchmarkPerfEligibleVsRawGossip", "ratio"},
+		unit:     "ms", goal: "<= 3", met: ratioAtMost(3),
+	},
+	{
+		name:     "new node in 19 peer tables vs raw gossipsub to 19 hosts",
+		workmesh: source{"BenchmarkNetworkJoinVsRawGossip", "join-ms"},
+		baseline: source{"BenchmarkNetworkJoinVsRawGossip", "raw-ms"},
+		ratio:    source{"BenchmarkNetworkJoinVsRawGossip", "join/raw"},
+		unit:     "ms", goal: "<= 3", met: ratioAtMost(3),
+	},
+	{
+		name:     "selection first pick, 1,000 vs 100 peers",
+		workmesh: source{"BenchmarkPerfSelectionFirstPick", "workmesh-1000-ns/op"},
+		baseline: source{"BenchmarkPerfSelectionFirstPick", "baseline-ns/op"},
+		ratio:    source{"BenchmarkPerfSelectionFirstPick", "ratio-1000"},
+		unit:     "ns", goal: "<= 1.5", met: ratioAtMost(1.5),
+	},
+	{
+		name:     "selection first pick, 10,000 vs 100 peers",
+		workmesh: source{"BenchmarkPerfSelectionFirstPick", "workmesh-ns/op"},
+		baseline: source{"BenchmarkPerfSelectionFirstPick", "baseline-ns/op"},
+		ratio:    source{"BenchmarkPerfSelectionFirstPick", "ratio"},
+		unit:     "ns", goal: "<= 1.5", met: ratioAtMost(1.5),
+	},
+	{
+		name:     "resident memory, node tracking 1,000 peers vs none",
+		workmesh: source{"BenchmarkPerfMemoryThousandPeers", "workmesh-MiB"},
+		baseline: source{"BenchmarkPerfMemoryThousandPeers", "baseline-MiB"},
+		ratio:    source{"BenchmarkPerfMemoryThousandPeers", "ratio"},
+		unit:     "MiB", goal: "<= +16 MiB",
+		met: func(r row) bool { return *r.Workmesh-*r.Baseline <= 16 },
+	},
+	{name: "scaling: requests/s, %d vs %d nodes, 20 dispatching", scale: "req/s", unit: "req/s", goal: "(reported)"},
+	{name: "scaling: p99, %d vs %d nodes, 20 dispatching", scale: "p99-ms", unit: "ms", goal: "(reported)"},
+	{name: "scaling: idle network CPU, %d vs %d nodes", scale: "background-cores", unit: "cores", goal: "(reported)"},
+}
+
+// benchLine matches a result line: name, iterations, then value/unit pairs.
+var benchLine = regexp.MustCompile(`^(Benchmark\S+?)(?:-\d+)?\s+\d+\s+(.*)$`)
+
+// parse reads go test -bench output and returns each benchmark's metrics
+// (the last result when a benchmark ran more than once) and the failures.
+func parse(r io.Reader) (map[string]map[string]float64, []string, error) {
+	results := map[string]map[string]float64{}
+	var failed []string
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "--- FAIL") || strings.HasPrefix(line, "FAIL") || strings.HasPrefix(line, "panic:") {
+			failed = append(failed, line)
+			continue
+		}
+		m := benchLine.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		f := strings.Fields(m[2])
+		metrics := map[string]float64{}
+		for i := 0; i+1 < len(f); i += 2 {
+			v, err := strconv.ParseFloat(f[i], 64)
+			if err != nil {
+				continue
+			}
+			metrics[f[i+1]] = v
+		}
+		results[m[1]] = metrics
+	}
+	return results, failed, sc.Err()
+}
+
+// scaleSources returns the scaling run's largest and smallest sizes as
+// sources of metric, and the figure's name with the sizes in it.
+func scaleSources(results map[string]map[string]float64, f figure) (figure, bool) {
+	const prefix = "BenchmarkPerfScale/nodes="
+	lo, hi := 0, 0
+	for name := range results {
+		n, err := strconv.Atoi(strings.TrimPrefix(name, prefix))
+		if !strings.HasPrefix(name, prefix) || err != nil {
+			continue
+		}
+		if lo == 0 || n < lo {
+			lo = n
+		}
+		hi = max(hi, n)
+	}
+	if lo == 0 || lo == hi {
+		f.name = fmt.Sprintf(f.name, 200, 50)
+		return f, false
+	}
+	f.name = fmt.Sprintf(f.name, hi, lo)
+	f.workmesh = source{fmt.Sprint(prefix, hi), f.scale}
+	f.baseline = source{fmt.Sprint(prefix, lo), f.scale}
+	return f, true
+}
+
+func lookup(results map[string]map[string]float64, s source) (float64, bool) {
+	v, ok := results[s.bench][s.metric]
+	return v, ok
+}
+
+// build makes the table's rows; missing names the figures that could not be
+// made.
+func build(results map[string]map[string]float64) (rows []row, missing []string) {
+	for _, f := range figures {
+		if f.scale != "" {
+			f, _ = scaleSources(results, f)
+		}
+		r := row{Figure: f.name, Unit: f.unit, Goal: f.goal}
+		w, okW := lookup(results, f.workmesh)
+		b, okB := lookup(results, f.baseline)
+		if !okW || !okB {
+			missing = append(missing, f.name)
+			if f.met != nil {
+				r.Met = new(false)
+			}
+			rows = append(rows, r)
+			continue
+		}
+		r.Workmesh, r.Baseline = new(round(w)), new(round(b))
+		ratio := w / b
+		if f.ratio.bench != "" {
+			if v, ok := lookup(results, f.ratio); ok {
+				ratio = v
+			}
+		}
+		if !math.IsNaN(ratio) && !math.IsInf(ratio, 0) { // a zero baseline has no ratio
+			r.Ratio = new(round(ratio))
+		}
+		if f.met != nil && r.Ratio != nil {
+			r.Met = new(f.met(r))
+		}
+		rows = append(rows, r)
+	}
+	return rows, missing
+}
+
+// round keeps four significant digits, which is more than the noise allows.
+func round(v float64) float64 {
+	if v == 0 || math.IsNaN(v) || math.IsInf(v, 0) {
+		return v
+	}
+	p := math.Pow(10, 3-math.Floor(math.Log10(math.Abs(v))))
+	return math.Round(v*p) / p
+}
+
+func format(p *float64, run bool) string {
+	switch {
+	case p == nil && run:
+		return "-"
+	case p == nil:
+		return "not run"
+	}
+	if math.Abs(*p) >= 1000 {
+		return strconv.FormatFloat(*p, 'f', 0, 64)
+	}
+	return strconv.FormatFloat(*p, 'g', 4, 64)
+}
+
+func printTable(w io.Writer, rows []row) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "figure\tworkmesh\tbaseline\tunit\tratio\tgoal\tmet")
+	for _, r := range rows {
+		met := "-"
+		if r.Met != nil {
+			met = map[bool]string{true: "yes", false: "NO"}[*r.Met]
+		}
+		run := r.Workmesh != nil
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Figure, format(r.Workmesh, run), format(r.Baseline, run), r.Unit, format(r.Ratio, run), r.Goal, met)
+	}
+	tw.Flush()
+}
+
+func main() {
+	out := flag.String("out", "bench/results.json", "where to write the table as JSON")
+	flag.Parse()
+	var in io.Reader = os.Stdin
+	if flag.NArg() > 0 {
+		var readers []io.Reader
+		for _, name := range flag.Args() {
+			f, err := os.Open(name)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "report:", err)
+				os.Exit(2)
+			}
+			defer f.Close()
+			readers = append(readers, f)
+		}
+		in = io.MultiReader(readers...)
+	}
+	results, failed, err := parse(in)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "report: read:", err)
+		os.Exit(2)
+	}
+	rows, missing := build(results)
+	fmt.Println()
+	printTable(os.Stdout, rows)
+	var data bytes.Buffer
+	enc := json.NewEncoder(&data)
+	enc.SetEscapeHTML(false) // goals read "<= 1.25"
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(rows); err != nil {
+		fmt.Fprintln(os.Stderr, "report:", err)
+		os.Exit(2)
+	}
+	if err := os.WriteFile(*out, data.Bytes(), 0o644); err != nil {
+		fmt.Fprintln(os.Stderr, "report:", err)
+		os.Exit(2)
+	}
+	fmt.Printf("\nratio = workmesh / baseline (median of paired ratios where the benchmark pairs its samples); written to %s\n", *out)
+	if len(failed) > 0 || len(missing) > 0 {
+		for _, l := range failed {
+			fmt.Fprintln(os.Stderr, "report: failure:", l)
+		}
+		for _, m := range missing {
+			fmt.Fprintln(os.Stderr, "report: not run:", m)
+		}
+		os.Exit(1)
+	}
+}

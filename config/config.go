@@ -65,7 +65,8 @@ type NodeConfig struct {
 // learns from; connect-timeout is workmesh's own.
 type WorkerConfig struct {
 	// WorkerTimeout bounds one remote attempt from sending the request to
-	// receiving its result, when the request sets no shorter deadline.
+	// receiving its result; a request whose own timeout is longer lifts it,
+	// so long work is not cut short.
 	WorkerTimeout time.Duration `koanf:"worker-timeout"`
 	// WorkerResponseTimeout bounds the wait for a remote worker to accept a
 	// request (its first response frame) after it was sent.

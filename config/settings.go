@@ -30,7 +30,7 @@ var help = map[string]string{
 	"log-level":         "log level (a logrus level): trace, debug, info, warn or error",
 	"log-format":        "log format: text or json",
 
-	"worker-timeout":          "upper bound on one remote attempt, from sending the request to its result",
+	"worker-timeout":          "upper bound on one remote attempt, from sending the request to its result; a request with a longer timeout of its own lifts it",
 	"worker-response-timeout": "upper bound on the wait for a remote worker to accept a request; at most worker-timeout",
 	"max-retries":             "maximum attempts after the first one, per request",
 	"max-spawn-attempts":      "maximum times the local worker is asked to take a request while it answers busy",

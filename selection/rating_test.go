@@ -112,3 +112,18 @@ func TestRating_SpreadIsSeededAndBounded(t *testing.T) {
 		t.Fatalf("spread 2 must share between the best two only: %v", counts)
 	}
 }
+
+func TestRating_UnreachablePeersDoNotSetTheBenchmark(t *testing.T) {
+	cfg := testConfig()
+	cfg.Liveness.PollFailureThreshold = 1
+	s, _ := newSelector(t, cfg, peer("dead", "dead"), peer("ok", "ok"), peer("grey", "grey"))
+	feed(t, s, "dead", Success, time.Millisecond, 10)
+	feed(t, s, "ok", Success, 10*time.Millisecond, 10)
+	feed(t, s, "grey", Success, 8*time.Millisecond, 5)
+	feed(t, s, "grey", Retryable, 8*time.Millisecond, 5)
+	s.Liveness().Report("dead", false)
+	s.Refresh()
+	if pk := mustNext(t, s.Plan(Request{WorkType: "sha256"})); pk.Peer != "ok" {
+		t.Fatalf("first pick %s: a dead peer's quick answers made the healthy survivor look slower than a peer failing half its work", pk.Peer)
+	}
+}

@@ -319,7 +319,10 @@ func (s *Selector) buildView(name string, entries []*entry) *typeView {
 		v := s.views[e.idx]
 		if v.n >= float64(max(1, s.cfg.Rating.MinSamples)) {
 			e.rated = true
-			if v.latency > 0 && (best == 0 || v.latency < best) {
+			// Only peers that can be chosen set the benchmark latency: a
+			// dead peer's old quick answers must not make the survivors
+			// look slow next to a grey peer.
+			if e.health.load() == StateAlive && v.latency > 0 && (best == 0 || v.latency < best) {
 				best = v.latency
 			}
 		}

@@ -30,24 +30,24 @@ import (
 // or late, that the dead workers are ejected and stop getting work, and
 // that rating keeps the sick ones to a small share; it prints the figures.
 //
-// It runs with WORKMESH_DRILL=1 (make drill), about 20 seconds, and not in
-// make test: the rating defects described at the share assertion make it
-// fail about one run in fifteen on a loaded machine. WORKMESH_DRILL_SEED=n repeats a run's
-// payloads and kill moments.
+// It runs with WMTEST_DRILL=1 (make drill), about 20 seconds, and not in
+// make test: the rating defects described at the share assertion can make
+// it fail on a heavily loaded machine. WMTEST_DRILL_SEED=n repeats a
+// run's payloads and kill moments.
 func TestDrill(t *testing.T) {
-	if os.Getenv("WORKMESH_DRILL") == "" {
-		t.Skip("the resilience drill runs with WORKMESH_DRILL=1 (make drill)")
+	if os.Getenv("WMTEST_DRILL") == "" {
+		t.Skip("the resilience drill runs with WMTEST_DRILL=1 (make drill)")
 	}
 	began := time.Now()
 	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("WORKMESH_DRILL_SEED"); s != "" {
+	if s := os.Getenv("WMTEST_DRILL_SEED"); s != "" {
 		v, err := strconv.ParseUint(s, 10, 64)
 		if err != nil {
-			t.Fatalf("WORKMESH_DRILL_SEED=%q: %v", s, err)
+			t.Fatalf("WMTEST_DRILL_SEED=%q: %v", s, err)
 		}
 		seed = v
 	}
-	t.Logf("seed %d (WORKMESH_DRILL_SEED=%d repeats the payloads and kill moments)", seed, seed)
+	t.Logf("seed %d (WMTEST_DRILL_SEED=%d repeats the payloads and kill moments)", seed, seed)
 	rng := rand.New(rand.NewPCG(seed, seed^0x5eed))
 
 	const (
@@ -65,8 +65,9 @@ func TestDrill(t *testing.T) {
 		// once would be a test of bursts, not of these faults.
 		rate = 125.0 // requests a second
 		// Payloads of 16 KiB of distinct random text: more than one QUIC
-		// packet, as real work is. (A few dozen bytes would hide how an
-		// attempt on a dead worker blocks; see below.)
+		// packet, as real work is, and more than a connection to a dead
+		// peer lets through: a few dozen bytes hid that writing a request
+		// to a killed worker blocked until the request's deadline.
 		payloadSize = 16 << 10
 		timeout     = 5 * time.Second
 		// The client gives up on a call this long after the request's own
@@ -89,6 +90,8 @@ func TestDrill(t *testing.T) {
 		// (measured 0.25 to 0.35s for the busy victim). 2s leaves room for
 		// a loaded machine.
 		ejectBound = 2 * time.Second
+		// See the check of requests that did not succeed.
+		maxLostPerKill = 2
 		// The grey and the slow worker's successes, at most, against the
 		// healthy survivor's once the failovers have settled (see the
 		// assertion).
@@ -442,15 +445,16 @@ func TestDrill(t *testing.T) {
 
 	// Every request that did not succeed is one a kill explains: it had an
 	// attempt on a killed worker that was still running at the kill or
-	// started after it. Such requests are not failed over today: an attempt
-	// is bounded by the larger of worker-timeout and the request's own
-	// timeout, and the accept timeout (worker-response-timeout) is a read
-	// deadline that does not cover writing the request, which blocks once
-	// QUIC has sent what it may without acknowledgements from the dead
-	// peer; so the attempt waits out the request's deadline and the request
-	// ends as a timeout, though two workers and the local one were left.
-	// They are counted and printed, not failed on: the issue asks that each
-	// request end once and in time, which they do.
+	// started after it; and there are at most maxLostPerKill of those per
+	// kill. An attempt the dead worker never accepted fails over after the
+	// accept timeout (250ms); one it had accepted waits for the answer as
+	// long as the request's own timeout allows (worker-timeout does not
+	// bound it when the request's timeout is longer), so a request caught
+	// between the accept and the answer at the very moment of the kill
+	// ends as a timeout. With well under a millisecond of work that is
+	// rare: measured none in 16 runs. Before the accept timeout bounded
+	// the write of the request as well as the first read, each kill cost
+	// 20 to 32 timeouts here.
 	explained := map[string]int{}
 	for i := range calls {
 		c := &calls[i]
@@ -470,6 +474,9 @@ func TestDrill(t *testing.T) {
 		} else {
 			explained[c.answer.Status+" after trying "+why]++
 		}
+	}
+	if lost := status["timeout"] + status["failed"] + status["unavailable"] + status["empty"] + status["no answer"]; lost > maxLostPerKill*len(killed) {
+		t.Errorf("%d requests did not succeed, more than %d per kill", lost, maxLostPerKill)
 	}
 	if len(explained) > 0 {
 		var sample []string
@@ -576,20 +583,21 @@ func TestDrill(t *testing.T) {
 	// delay is ten times the median measured at the warm-up, when the
 	// machine was quiet; when it is loaded, the healthy worker's own
 	// latency climbs towards that delay and rating rightly sends the slow
-	// one some work. Measured over 34 runs: both served nothing in the
-	// settled part in 29; 4 to 10% when the machine was loaded (a median
-	// request of 25ms instead of 2.5ms). 15% is the bound for each.
+	// one some work. Measured: both served nothing in the settled part of
+	// the last 16 runs; 4 to 10% in earlier runs on a loaded machine (a
+	// median request of 25ms instead of 2.5ms). 15% is the bound for each.
 	//
-	// Two runs in 34 went beyond it, and both are rating defects, not
-	// noise: (1) a worker's latency is judged against the fastest rated
-	// peer's, dead peers included, so once the load falls on the survivor
-	// the dead workers' old latency is the yardstick and the survivor
-	// scored below the grey worker (0.15 against 0.20, dead ones 0.81 and
-	// 0.96): the grey one served a third as much as it. (2) A rated peer
-	// is never tried again while others rank above it: a healthy worker
-	// rated low from a few warm-up samples (0.03) got no attempt in the
-	// whole run, and once the other two were dead the grey and the slow
-	// worker served everything while it stood idle.
+	// Beyond it, in 3 earlier runs of 37 (with a backlog sent as a burst
+	// after a stall, and before the write fix above), were two rating
+	// defects, not noise: (1) a worker's latency is judged against the
+	// fastest rated peer's, dead peers included, so once the load falls
+	// on the survivor the dead workers' old latency is the yardstick: the
+	// survivor scored 0.15 or 0.18 against the grey worker's 0.20 or 0.24
+	// (the dead ones 0.69 to 0.97), and the grey one served 23 to 32% as
+	// much as it. (2) A rated peer is not tried again while others rank
+	// above it: a healthy worker rated 0.03 from its warm-up samples got no
+	// attempt in the whole run, and once the other two were dead the grey
+	// and the slow worker served everything while it stood idle.
 	settledServed := map[string]int{}
 	settledN := 0
 	for i := range calls {
@@ -648,7 +656,7 @@ func drillStart(t *testing.T, bin, name string, args ...string) (*drillNode, err
 		"--data-dir", t.TempDir(), "--log-level", "info"}, args...)
 	n := &drillNode{name: name, cmd: exec.Command(bin, args...), stderr: &syncBuffer{}, done: make(chan error, 1)}
 	// The nodes take WORKMESH_* variables as settings and refuse unknown
-	// ones: the drill's own (WORKMESH_DRILL...) and any a user has set for
+	// ones: the drill's own (WMTEST_DRILL...) and any a user has set for
 	// the CLI stay out of their environment.
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "WORKMESH_") {

@@ -108,7 +108,7 @@ func BenchmarkPerfSelectionFirstPick(b *testing.B) {
 	for i, n := range sizes {
 		sels[i] = perfSelector(b, n)
 	}
-	const rounds, batch = 15, 20000
+	const rounds, batch = 21, 50000
 	req := selection.Request{WorkType: "sha256"}
 	nsop := make([][]float64, len(sizes))
 	var r1000, r10000 []float64

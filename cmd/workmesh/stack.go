@@ -111,7 +111,7 @@ func startStack(ctx context.Context, cfg config.Config, log *logrus.Logger, opts
 		return nil, err
 	}
 	nodeOpts := append([]node.Option{
-		node.WithLogger(log), node.WithVersion(version), node.WithLocalState(poolState{pool}),
+		node.WithLogger(log), node.WithVersion(version), node.WithLocalState(workers.NewLocalState(pool)),
 		node.WithAPIToken(cfg.Access.APIToken), node.WithFaultsView(func() any { return faults.View() }),
 	}, so.nodeOpts...)
 	n, err := node.New(sctx, cfg.Node, nodeOpts...)
@@ -267,35 +267,4 @@ func (s *stack) closeWithin(d time.Duration) error {
 	case <-time.After(d):
 		return fmt.Errorf("shutdown: node %s did not stop within %s", s.node.ID(), d)
 	}
-}
-
-// poolState is what the node advertises about the local worker: its
-// capacity and load from the pool, and the heads its handlers report.
-type poolState struct{ pool *workers.Pool }
-
-// Capacity returns the pool's concurrency and queue size.
-func (p poolState) Capacity() node.Capacity {
-	st := p.pool.Stats()
-	return node.Capacity{MaxConcurrent: st.MaxConcurrent, QueueSize: st.QueueSize}
-}
-
-// Load returns the pool's running and waiting requests.
-func (p poolState) Load() node.Load {
-	st := p.pool.Stats()
-	return node.Load{InFlight: st.InFlight, Queued: st.Queued}
-}
-
-// Heads returns the head of every served type that reports one.
-func (p poolState) Heads() map[string]uint64 {
-	reg := p.pool.Registry()
-	var heads map[string]uint64
-	for _, name := range reg.Names() {
-		if h, ok := reg.Head(name); ok {
-			if heads == nil {
-				heads = make(map[string]uint64)
-			}
-			heads[name] = h
-		}
-	}
-	return heads
 }

@@ -28,7 +28,7 @@ func sha256Handler(name string, hits *hitCounter) workers.Handler {
 
 // blackHole takes over the UDP port a stopped member listened on, reading
 // and discarding everything, so that dials to it get no answer at all.
-func blackHole(t *testing.T, m *member) {
+func blackHole(t testing.TB, m *member) {
 	t.Helper()
 	for _, a := range m.node.Host().Addrs() {
 		port, err := a.ValueForProtocol(0x0111) // udp

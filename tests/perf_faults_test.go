@@ -194,7 +194,7 @@ func benchDeadWorkers(b *testing.B, pick func(ranked []int) []int) {
 			w := p.workers[i]
 			w.stop()
 			if k < 2 {
-				blackHoleTB(b, w)
+				blackHole(b, w)
 			}
 		}
 		out = openLoop(gws, count, interval, 30*time.Second, req)

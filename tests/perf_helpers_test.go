@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -191,32 +190,6 @@ func startWorker(tb testing.TB, name string, handlers map[string]workers.Handler
 	close(m.done) // no dispatcher to wait for
 	tb.Cleanup(m.stop)
 	return m
-}
-
-// blackHoleTB takes over the UDP ports a stopped member listened on and
-// discards everything sent there, so that dials to it get no answer at all
-// (the benchmark form of blackHole).
-func blackHoleTB(tb testing.TB, m *member) {
-	tb.Helper()
-	for _, a := range m.node.Host().Addrs() {
-		port, err := a.ValueForProtocol(0x0111) // udp
-		if err != nil {
-			continue
-		}
-		pc, err := net.ListenPacket("udp", "127.0.0.1:"+port)
-		if err != nil {
-			tb.Fatalf("black hole on %s: %v", port, err)
-		}
-		tb.Cleanup(func() { pc.Close() })
-		go func() {
-			buf := make([]byte, 2048)
-			for {
-				if _, _, err := pc.ReadFrom(buf); err != nil {
-					return
-				}
-			}
-		}()
-	}
 }
 
 // errDispatch says a dispatched request did not end as expected.

@@ -28,6 +28,9 @@ func NodeDataProtocol(network string) protocol.ID {
 const (
 	maxRequestFrame = 256
 	maxHealthFrame  = 16 << 10
+	// maxUnhealthyText bounds how much of a peer's own words about its
+	// health goes into an error (and so into logs).
+	maxUnhealthyText = 200
 	// maxSyncRecords bounds the records in one nodedata answer.
 	maxSyncRecords = 1024
 	// streamTimeout bounds a whole exchange when the caller's context sets
@@ -45,7 +48,15 @@ type HealthAnswer struct {
 	Load Load `json:"load"`
 	// Heads maps work type to the node's head now, for types that have one.
 	Heads map[string]uint64 `json:"heads,omitempty"`
+	// Error, when set, says the node is up but its worker cannot work now
+	// (its upstream stopped answering, or fault injection); the ping counts
+	// as failed.
+	Error string `json:"error,omitempty"`
 }
+
+// ErrUnhealthy is wrapped by Ping's error when the peer answered that its
+// worker cannot work now.
+var ErrUnhealthy = errors.New("peer reports it cannot work")
 
 type healthRequest struct{}
 
@@ -90,7 +101,16 @@ func (n *Node) handleHealth(s network.Stream) {
 		err = errHealthFault
 		return
 	}
-	err = writeJSONFrame(s, n.healthAnswer(), maxHealthFrame)
+	ans := n.healthAnswer()
+	if hr, ok := n.state.(HealthReporter); ok {
+		if herr := hr.Health(); errors.Is(herr, ErrHealthDropped) {
+			err = herr
+			return
+		} else if herr != nil {
+			ans.Error = herr.Error()
+		}
+	}
+	err = writeJSONFrame(s, ans, maxHealthFrame)
 }
 
 func (n *Node) healthAnswer() HealthAnswer {
@@ -130,7 +150,15 @@ func (n *Node) Ping(ctx context.Context, p peer.ID) (time.Duration, HealthAnswer
 	if err != nil {
 		return 0, HealthAnswer{}, fmt.Errorf("health ping %s: %w", p, err)
 	}
-	return time.Since(start), ans, nil
+	rtt := time.Since(start)
+	if ans.Error != "" {
+		msg := ans.Error
+		if len(msg) > maxUnhealthyText {
+			msg = msg[:maxUnhealthyText] + "..."
+		}
+		return rtt, ans, fmt.Errorf("health ping %s: %w: %q", p, ErrUnhealthy, msg)
+	}
+	return rtt, ans, nil
 }
 
 func (n *Node) handleNodeData(s network.Stream) {

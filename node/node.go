@@ -43,6 +43,19 @@ type LocalState interface {
 	Heads() map[string]uint64
 }
 
+// HealthReporter is a LocalState that can tell the local worker cannot work
+// now. A node whose state is one answers every health ping with the error
+// Health returns (the pinging peer counts a failed poll), or resets the ping
+// unanswered when the error wraps ErrHealthDropped. Health is called once
+// per ping and must be quick.
+type HealthReporter interface {
+	Health() error
+}
+
+// ErrHealthDropped, wrapped by a HealthReporter's error, makes the node drop
+// the ping unanswered rather than answer it as failing.
+var ErrHealthDropped = errors.New("health ping dropped")
+
 type noState struct{}
 
 func (noState) Capacity() Capacity       { return Capacity{} }

@@ -173,14 +173,7 @@ func TestDispatch_GreyWorkerEjected(t *testing.T) {
 		pings++
 		return fail
 	}
-	gwCfg := func(c *config.Config) {
-		c.Liveness.PollInterval = poll
-		c.Liveness.PollFailureThreshold = threshold
-		c.Liveness.RedialBackoffMin = time.Minute // once out, it stays out for this test
-		c.Liveness.RedialBackoffMax = time.Minute
-		c.Worker.MaxRemoteWorkers = 2
-	}
-	gw := startMember(t, hits, memberSpec{name: "gateway", cfg: gwCfg}, nil)
+	gw := startMember(t, hits, memberSpec{name: "gateway", cfg: ejectingGateway(poll, threshold, nil)}, nil)
 	gatewayID = gw.node.ID()
 	good := startMember(t, hits, memberSpec{name: "good", handlers: map[string]workers.Handler{"sha256": sha256Handler("good", hits)}}, gw)
 	bad := startMember(t, hits, memberSpec{name: "grey", handlers: map[string]workers.Handler{"sha256": sha256Handler("grey", hits)},
@@ -222,6 +215,23 @@ func TestDispatch_GreyWorkerEjected(t *testing.T) {
 	}
 	if n := hits.get("good"); n != 20 {
 		t.Fatalf("good worker served %d of 20", n)
+	}
+}
+
+// ejectingGateway is a gateway config that polls every poll, marks a peer
+// unreachable at threshold failures, and keeps it out for a minute once
+// it is (longer than any test), with two remote workers per request; more
+// changes what else a test needs.
+func ejectingGateway(poll time.Duration, threshold int, more func(*config.Config)) func(*config.Config) {
+	return func(c *config.Config) {
+		c.Liveness.PollInterval = poll
+		c.Liveness.PollFailureThreshold = threshold
+		c.Liveness.RedialBackoffMin = time.Minute
+		c.Liveness.RedialBackoffMax = time.Minute
+		c.Worker.MaxRemoteWorkers = 2
+		if more != nil {
+			more(c)
+		}
 	}
 }
 

@@ -627,9 +627,46 @@ func TestDrill(t *testing.T) {
 				sick.name, got, 100*sick.bound, healthy)
 		}
 	}
-	t.Logf("grey served %.1f%%, slow %.1f%% of what the healthy worker served once settled; the grey worker is %q at the end (liveness polls do not see work errors)",
-		100*float64(settledServed["grey"])/float64(max(healthy, 1)), 100*float64(settledServed["slow"])/float64(max(healthy, 1)),
-		final[nodes["grey"].peerID].State)
+	t.Logf("grey served %.1f%%, slow %.1f%% of what the healthy worker served once settled",
+		100*float64(settledServed["grey"])/float64(max(healthy, 1)), 100*float64(settledServed["slow"])/float64(max(healthy, 1)))
+
+	// The grey worker: fault injection fails half its health pings as it
+	// fails half its work, so the gateway's liveness marks it unreachable
+	// (a decaying counter at a 1:1 error rate climbs to poll-failure-
+	// threshold: about threshold x (threshold+1) = 12 polls, 2.4s, on
+	// average) and lets it back only after poll-success-threshold good
+	// pings in a row. No request may be served by it while the gateway
+	// showed it out of the pool: from one monitor period after it was shown
+	// unreachable (selection reads liveness live; the monitor reads it
+	// every 50ms) to the next change the monitor saw.
+	grey := nodes["grey"]
+	monMu.Lock()
+	greyChanges := append([]change(nil), changes[grey.peerID]...)
+	monMu.Unlock()
+	var outFor time.Duration
+	var timeline []string
+	for i, c := range greyChanges {
+		timeline = append(timeline, c.state+" at "+at(c.at))
+		if c.state == "alive" {
+			continue
+		}
+		end := time.Now()
+		if i+1 < len(greyChanges) {
+			end = greyChanges[i+1].at
+		}
+		outFor += end.Sub(c.at)
+		for j := range calls {
+			if cl := &calls[j]; cl.answer.Worker == grey.peerID && cl.start.After(c.at.Add(100*time.Millisecond)) && cl.start.Before(end) {
+				fail("grey served while out", "the grey worker served a request started at %s while the gateway showed it %s (%s to %s): %s",
+					at(cl.start), c.state, at(c.at), at(end), describe(cl))
+			}
+		}
+	}
+	if !slices.ContainsFunc(greyChanges, func(c change) bool { return c.state == "unreachable" }) {
+		t.Errorf("the grey worker (fault-error-rate 0.5) was never shown unreachable: %v", timeline)
+	}
+	t.Logf("grey worker liveness: %s; out of the pool %s of the %s run; %q at the end",
+		strings.Join(timeline, ", "), outFor.Round(time.Millisecond), took.Round(time.Millisecond), final[grey.peerID].State)
 	if t.Failed() {
 		t.Logf("gateway stderr:\n%s", gw.stderr)
 	}

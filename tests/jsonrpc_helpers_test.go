@@ -40,6 +40,10 @@ type chainUpstream struct {
 	failEvery int64
 	// delay is added to every relayed request, as a real node takes time.
 	delay time.Duration
+	// greyPolls: while set, two of every three head polls fail with HTTP
+	// 500 (an upstream that turned grey: its node's health pings fail).
+	greyPolls atomic.Bool
+	headPolls atomic.Int64
 }
 
 func newChainUpstream(t testing.TB, name string, hits *hitCounter, setup func(*chainUpstream)) *chainUpstream {
@@ -81,6 +85,10 @@ func (u *chainUpstream) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	case "eth_blockNumber":
 		u.polls.Add(1)
+		if n := u.headPolls.Add(1); u.greyPolls.Load() && n%3 != 0 {
+			http.Error(w, "upstream overloaded", http.StatusInternalServerError)
+			return
+		}
 		result(fmt.Sprintf("0x%x", u.head))
 		return
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/workmesh/workmesh/config"
+	"github.com/workmesh/workmesh/selection"
 	"github.com/workmesh/workmesh/workers"
 )
 
@@ -167,6 +168,54 @@ func TestJSONRPC_GreyUpstreamStopsGettingWork(t *testing.T) {
 		t.Fatalf("the good upstream served %d of the last %d requests", n, measured)
 	}
 	t.Logf("grey upstream: %d hits in total, %d after the first %d requests", grey.relayed.Load(), hits.get("grey"), warmup)
+}
+
+// An upstream that turns grey (it fails two of three head polls and every
+// second request) makes its node fail its health pings, so the gateway's
+// liveness marks that node unreachable, and no request reaches it while it
+// is out: the seed's polling rule, with the poll answered by the worker.
+func TestJSONRPC_GreyUpstreamEjectedByLiveness(t *testing.T) {
+	hits := newHitCounter()
+	const poll, threshold = 100 * time.Millisecond, 3
+	gwCfg := ejectingGateway(poll, threshold, func(c *config.Config) { c.Worker.MaxRetries = 1 })
+	gw := startMember(t, hits, memberSpec{name: "gateway", cfg: gwCfg}, nil)
+	good := newChainUpstream(t, "good", hits, nil)
+	grey := newChainUpstream(t, "grey", hits, nil)
+	startMember(t, hits, jsonrpcSpec(t, "good", nil, good, nil), gw)
+	greyNode := startMember(t, hits, jsonrpcSpec(t, "grey", nil, grey, nil), gw)
+	waitRanked(t, gw, workers.JSONRPCType, 2)
+	live := gw.disp.Selector().Liveness()
+	id := string(greyNode.node.ID())
+	if st := live.State(id); st != selection.StateAlive {
+		t.Fatalf("the grey node is %s before its upstream turned grey", st)
+	}
+
+	grey.greyPolls.Store(true)
+	start := time.Now()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for live.State(id) != selection.StateUnreachable {
+		if time.Since(start) > 60*poll {
+			t.Fatalf("the grey node is still %s %s after its upstream turned grey (%d head polls)", live.State(id), time.Since(start), grey.headPolls.Load())
+		}
+		<-tick.C
+	}
+	t.Logf("the grey node was unreachable %s after its upstream turned grey", time.Since(start).Round(time.Millisecond))
+
+	url := rpcEndpointOf(t, gw)
+	hits.reset()
+	const n = 30
+	for i := range n {
+		if r := rpcOne(t, url, req(i, "eth_getBalance", "0xaa", "latest")); r.Error != nil {
+			t.Fatalf("request %d: %s", i, r)
+		}
+	}
+	if got := hits.get("grey"); got != 0 {
+		t.Fatalf("the unreachable grey node's upstream got %d of %d requests", got, n)
+	}
+	if got := hits.get("good"); got != n {
+		t.Fatalf("the good upstream served %d of %d", got, n)
+	}
 }
 
 // A node whose upstream serves another chain refuses to start its jsonrpc

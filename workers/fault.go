@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/workmesh/workmesh/config"
+	"github.com/workmesh/workmesh/node"
 )
 
 // Fault injection makes this node's worker fail, stall or drop work on
@@ -232,6 +233,21 @@ func (f *Faults) inject(p *Pool, t *ticket) (Result, bool) {
 		return Fail(RetryableError, FaultInjectionError), true
 	}
 	return Result{}, false
+}
+
+// Healthy decides the fate of one health ping as draw does for a request,
+// so that a drill's sick worker is sick to liveness polls as well as to
+// work: a drop resets the ping unanswered, an error answers it as failing.
+// The delay does not apply to pings (it is the work that is slow). It
+// counts nothing in Stats, which counts requests.
+func (f *Faults) Healthy() error {
+	switch _, act := f.draw(); act {
+	case faultDrop:
+		return fmt.Errorf("%w: %w", node.ErrHealthDropped, ErrFaultDropped)
+	case faultError:
+		return errFaultError
+	}
+	return nil
 }
 
 // WithFaults makes the server apply f to every request the local worker

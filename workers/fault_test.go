@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/workmesh/workmesh/config"
+	"github.com/workmesh/workmesh/node"
 )
 
 func newFaults(t testing.TB, cfg config.FaultConfig, opts ...FaultOption) *Faults {
@@ -314,5 +315,31 @@ func TestProtocol_SilentPeerIsFreedByTheReadDeadline(t *testing.T) {
 	}
 	if st := p.server.Stats(); st.Malformed != 1 || st.ByOutcome[Success] != 1 {
 		t.Errorf("server stats = %+v, want 1 malformed and 1 success", st)
+	}
+}
+
+// Fault injection decides health pings as it does requests, with the same
+// draw: a drop is a ping dropped, an error a ping answered as failing, and
+// the local state reports the first failing check.
+func TestFaults_HealthPings(t *testing.T) {
+	seq := []float64{0.05, 0.25, 0.45}
+	i := 0
+	f := newFaults(t, config.FaultConfig{DropRate: 0.1, ErrorRate: 0.3, Delay: time.Hour}, withFaultRand(func() float64 { i++; return seq[i-1] }))
+	pool := newTestPool(t, 1, 1, nil)
+	st := NewLocalState(pool, f)
+	if err := st.Health(); !errors.Is(err, node.ErrHealthDropped) {
+		t.Errorf("u=0.05: %v, want a dropped ping", err)
+	}
+	if err := st.Health(); err == nil || errors.Is(err, node.ErrHealthDropped) || err.Error() != FaultInjectionError {
+		t.Errorf("u=0.25: %v, want %q", err, FaultInjectionError)
+	}
+	if err := st.Health(); err != nil {
+		t.Errorf("u=0.45: %v, want healthy (the delay does not apply to pings)", err)
+	}
+	if s := f.Stats(); s != (FaultStats{}) {
+		t.Errorf("pings counted as requests: %+v", s)
+	}
+	if err := NewLocalState(pool).Health(); err != nil {
+		t.Errorf("no checks: %v", err)
 	}
 }

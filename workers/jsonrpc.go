@@ -326,13 +326,25 @@ type JSONRPC struct {
 	closed    bool
 	stopRun   context.CancelFunc
 	runs      sync.WaitGroup
-	pollFails int // consecutive failed head polls, for quiet logging
+	pollFails int   // consecutive failed head polls, for quiet logging
+	headErr   error // the last head poll's error; nil once one works again
 }
 
 var (
-	_ Handler      = (*JSONRPC)(nil)
-	_ HeadReporter = (*JSONRPC)(nil)
+	_ Handler       = (*JSONRPC)(nil)
+	_ HeadReporter  = (*JSONRPC)(nil)
+	_ HealthChecker = (*JSONRPC)(nil)
 )
+
+// Healthy reports whether the upstream answered the last head poll. A node
+// whose upstream stopped answering fails its health pings with this error,
+// so peers take it out of their selection (as liveness polls would find a
+// sick RPC node) until its upstream answers again.
+func (j *JSONRPC) Healthy() error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.headErr
+}
 
 type jsonrpcOptions struct {
 	maxResponse int
@@ -563,6 +575,9 @@ func (j *JSONRPC) pollHead(ctx context.Context) {
 			return // shutting down
 		}
 		j.pollFails++
+		j.mu.Lock()
+		j.headErr = fmt.Errorf("upstream %s: head poll failed (%d in a row): %w", j.shown, j.pollFails, err)
+		j.mu.Unlock()
 		if j.pollFails == 1 {
 			j.log.WithError(err).Warn("jsonrpc: head poll failed; keeping the last head")
 		} else {
@@ -573,6 +588,9 @@ func (j *JSONRPC) pollHead(ctx context.Context) {
 	if j.pollFails > 0 {
 		j.log.Infof("jsonrpc: head poll works again after %d failures", j.pollFails)
 		j.pollFails = 0
+		j.mu.Lock()
+		j.headErr = nil
+		j.mu.Unlock()
 	}
 	old, had := j.head.Swap(h), j.hasHead.Swap(true)
 	if (!had || old != h) && j.opts.onHead != nil {

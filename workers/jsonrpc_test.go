@@ -409,11 +409,17 @@ func TestJSONRPC_RunFollowsHead(t *testing.T) {
 	case <-time.After(2 * time.Second):
 		t.Fatal("Run did not return after Close")
 	}
-	// A failing upstream keeps the last head.
+	if err := j.Healthy(); err != nil {
+		t.Fatalf("Healthy() = %v with an answering upstream", err)
+	}
+	// A failing upstream keeps the last head, and makes the type unhealthy.
 	f.Close()
 	j.pollHead(ctx)
 	if h, ok := j.Head(); !ok || h != 105 {
 		t.Fatalf("after a failed poll Head() = %d, %v; want the last head 105", h, ok)
+	}
+	if err := j.Healthy(); err == nil || !strings.Contains(err.Error(), "head poll failed (1 in a row)") {
+		t.Fatalf("Healthy() = %v after a failed head poll", err)
 	}
 	if err := j.Run(ctx); !errors.Is(err, ErrJSONRPCClosed) {
 		t.Fatalf("Run after Close: %v", err)

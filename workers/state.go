@@ -1,15 +1,56 @@
 package workers
 
-import "github.com/workmesh/workmesh/node"
+import (
+	"fmt"
+
+	"github.com/workmesh/workmesh/node"
+)
 
 // LocalState tells the node what its local worker can take and is doing,
 // for the NodeData it advertises and the health answers it gives.
 type LocalState struct {
-	pool *Pool
+	pool   *Pool
+	checks []HealthChecker
 }
 
-// NewLocalState returns the node-facing view of pool.
-func NewLocalState(pool *Pool) LocalState { return LocalState{pool: pool} }
+// HealthChecker is a part of the local worker that can tell it cannot work
+// now: a work type whose upstream stopped answering, or fault injection.
+// Healthy is called once per health ping and must be quick.
+type HealthChecker interface {
+	Healthy() error
+}
+
+// NewLocalState returns the node-facing view of pool. Its health is that of
+// every registered work type that is a HealthChecker, and of checks.
+func NewLocalState(pool *Pool, checks ...HealthChecker) LocalState {
+	return LocalState{pool: pool, checks: checks}
+}
+
+var _ node.HealthReporter = LocalState{}
+
+// Health returns the first failing check: the extra checks first (fault
+// injection decides a ping's fate before anything else), then the work
+// types in name order. Nil means the worker can work.
+func (s LocalState) Health() error {
+	for _, c := range s.checks {
+		if c == nil {
+			continue
+		}
+		if err := c.Healthy(); err != nil {
+			return err
+		}
+	}
+	reg := s.pool.Registry()
+	for _, name := range reg.Names() {
+		h, _ := reg.Get(name)
+		if hc, ok := h.(HealthChecker); ok {
+			if err := hc.Healthy(); err != nil {
+				return fmt.Errorf("work type %s: %w", name, err)
+			}
+		}
+	}
+	return nil
+}
 
 // Capacity returns the pool's concurrency and queue size.
 func (s LocalState) Capacity() node.Capacity {

@@ -111,7 +111,7 @@ func startStack(ctx context.Context, cfg config.Config, log *logrus.Logger, opts
 		return nil, err
 	}
 	nodeOpts := append([]node.Option{
-		node.WithLogger(log), node.WithVersion(version), node.WithLocalState(workers.NewLocalState(pool)),
+		node.WithLogger(log), node.WithVersion(version), node.WithLocalState(workers.NewLocalState(pool, faults)),
 		node.WithAPIToken(cfg.Access.APIToken), node.WithFaultsView(func() any { return faults.View() }),
 	}, so.nodeOpts...)
 	n, err := node.New(sctx, cfg.Node, nodeOpts...)

@@ -200,8 +200,12 @@ func (p *Plan) pickLocked(hedge bool) (Pick, bool) {
 
 // pickInGroup returns the best selectable member of g, or nil. In rating
 // mode unrated peers come first but only while they have no attempt in
-// flight; with rating-spread above 1 the pick is a seeded random one among
-// the best few rated peers.
+// flight. Among the best few rated peers (loadAware, or rating-spread when
+// larger) the pick weighs each peer's score with the attempts this node has
+// in flight on it, as a share of its concurrency (rating-load-weight per
+// concurrency's worth), so concurrent requests spread over equally good peers
+// at once; with rating-spread above 1 it is a seeded random one among the
+// best rating-spread of them.
 func (p *Plan) pickInGroup(g *group) *entry {
 	n := len(g.members)
 	if n == 0 {
@@ -213,6 +217,8 @@ func (p *Plan) pickInGroup(g *group) *entry {
 	}
 	var deferred *entry
 	var top [maxSpread]*entry
+	var costs [maxSpread]float64
+	consider := max(p.lim.spread, loadAware)
 	found := 0
 	for i := range n {
 		e := g.members[(start+i)%n]
@@ -222,8 +228,9 @@ func (p *Plan) pickInGroup(g *group) *entry {
 		if p.mode != config.ModeRating {
 			return e
 		}
+		inflight := e.stats.inflight.Load()
 		if !e.rated {
-			if e.stats.inflight.Load() >= exploreInFlight {
+			if inflight >= exploreInFlight {
 				if deferred == nil {
 					deferred = e
 				}
@@ -231,19 +238,34 @@ func (p *Plan) pickInGroup(g *group) *entry {
 			}
 			return e
 		}
-		top[found] = e
+		if found == 0 && inflight <= 0 && p.lim.spread == 1 {
+			// The best rated peer with nothing in flight: no one after
+			// it can weigh less.
+			return e
+		}
+		c := e.cost
+		if inflight > 0 {
+			c += p.s.cfg.Rating.LoadWeight * float64(inflight) / e.concurrency
+		}
+		// Insert in order of weighed cost; ties keep the rank order.
+		j := found
+		for j > 0 && costs[j-1] > c {
+			top[j], costs[j] = top[j-1], costs[j-1]
+			j--
+		}
+		top[j], costs[j] = e, c
 		found++
-		if found >= p.lim.spread {
+		if found >= consider {
 			break
 		}
 	}
 	switch {
-	case found == 1:
+	case found == 0:
+		return deferred
+	case p.lim.spread == 1 || found == 1:
 		return top[0]
-	case found > 1:
-		return top[p.rand()%uint64(found)]
 	}
-	return deferred
+	return top[p.rand()%uint64(min(found, p.lim.spread))]
 }
 
 // selectable reports whether e may be tried by this request now.

@@ -101,6 +101,11 @@ type scoreInputs struct {
 // twice as slow costs 1), error and busy rates, head lag (a peer 1 behind
 // costs 0.5, far behind nearly 1) and load.
 func score(in scoreInputs, w config.RatingConfig) float64 {
+	return 1 / (1 + cost(in, w))
+}
+
+// cost is the sum of the weighted costs behind a score.
+func cost(in scoreInputs, w config.RatingConfig) float64 {
 	cost := 0.0
 	if in.bestLatency > 0 && in.latency > in.bestLatency {
 		cost += w.LatencyWeight * (in.latency/in.bestLatency - 1)
@@ -113,5 +118,5 @@ func score(in scoreInputs, w config.RatingConfig) float64 {
 	if in.load > 0 {
 		cost += w.LoadWeight * in.load
 	}
-	return 1 / (1 + cost)
+	return cost
 }

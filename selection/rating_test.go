@@ -127,3 +127,70 @@ func TestRating_UnreachablePeersDoNotSetTheBenchmark(t *testing.T) {
 		t.Fatalf("first pick %s: a dead peer's quick answers made the healthy survivor look slower than a peer failing half its work", pk.Peer)
 	}
 }
+
+// Concurrent requests spread over equally good peers by the attempts this
+// node has in flight on each, weighed against each peer's concurrency; a
+// peer that fails half its work is not chosen until the good ones carry
+// twice their concurrency each; nothing in flight is the strict best.
+func TestRating_ConcurrentPicksWeighInFlight(t *testing.T) {
+	withCap := func(p Peer, c int) Peer { p.Concurrency = c; return p }
+	s, _ := newSelector(t, testConfig(),
+		withCap(peer("a", "a"), 4), withCap(peer("b", "b"), 4), withCap(peer("grey", "grey"), 4))
+	feed(t, s, "a", Success, time.Millisecond, 5)
+	feed(t, s, "b", Success, time.Millisecond, 5)
+	feed(t, s, "grey", Success, time.Millisecond, 5)
+	feed(t, s, "grey", Retryable, time.Millisecond, 5) // error rate 0.5: cost 2 at error weight 4
+	s.Refresh()
+
+	// Picks held open, as concurrent requests hold theirs.
+	var open []*Plan
+	var picks []Pick
+	count := map[string]int{}
+	for range 8 {
+		p := s.Plan(Request{WorkType: "sha256"})
+		pk := mustNext(t, p)
+		open = append(open, p)
+		picks = append(picks, pk)
+		count[pk.Peer]++
+	}
+	if count["a"] != 4 || count["b"] != 4 || count["grey"] != 0 {
+		t.Fatalf("8 concurrent picks: %v; want 4 each on a and b, none on grey", count)
+	}
+	// a and b now each hold a concurrency's worth (cost 1); grey costs 2 with
+	// nothing in flight: the good ones take another concurrency's worth
+	// before grey gets its first request.
+	for range 8 {
+		p := s.Plan(Request{WorkType: "sha256"})
+		pk := mustNext(t, p)
+		open = append(open, p)
+		picks = append(picks, pk)
+		count[pk.Peer]++
+	}
+	if count["grey"] != 0 {
+		t.Fatalf("16 concurrent picks: %v; grey should wait until a and b carry twice their concurrency", count)
+	}
+	// At twice their concurrency a and b weigh as much as grey; ties keep the
+	// rank order, so each takes one more, and then grey is the lightest.
+	for i, want := range []string{"a", "b", "grey"} {
+		p := s.Plan(Request{WorkType: "sha256"})
+		pk := mustNext(t, p)
+		open = append(open, p)
+		picks = append(picks, pk)
+		if pk.Peer != want {
+			t.Fatalf("concurrent pick %d: %s, want %s", 17+i, pk.Peer, want)
+		}
+	}
+	// Once the attempts end, the best peer is the strict first pick again.
+	for i, p := range open {
+		p.Report(picks[i], Success, time.Millisecond)
+	}
+	first := s.Ranking("sha256")[0].Peer
+	for range 3 {
+		p := s.Plan(Request{WorkType: "sha256"})
+		pk := mustNext(t, p)
+		if pk.Peer != first {
+			t.Fatalf("with nothing in flight the pick is %s, want the best, %s", pk.Peer, first)
+		}
+		p.Report(pk, Success, time.Millisecond)
+	}
+}

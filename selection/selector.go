@@ -28,6 +28,11 @@ type Peer struct {
 	Types  []TypeInfo
 	// Load is the peer's advertised utilisation: 0 idle, 1 at capacity.
 	Load float64
+	// Concurrency is how many requests the peer runs at once, as it
+	// advertises. A pick weighs the attempts this node has in flight on the
+	// peer against it: k in flight on a peer that runs c at once cost as
+	// much as load k/c (0, unknown, counts as 1).
+	Concurrency int
 	// Connected says the node holds a connection to the peer now, so
 	// reaching it costs no dial. Rating mode offers connected peers first:
 	// a peer that went away (its connection closed) is not the favourite
@@ -74,6 +79,13 @@ const exploreInFlight = 1
 
 // maxSpread caps rating-spread so a pick stays a bounded scan.
 const maxSpread = 8
+
+// loadAware is how many of the best rated peers of a group a pick weighs
+// by the attempts this node has in flight on each. Without it the best
+// peer would take every concurrent request while nearly as good ones stand
+// idle, until its advertised load (announced at most once a second) caught
+// up.
+const loadAware = 4
 
 // Selector ranks candidates and makes per-request plans. One Selector lives
 // as long as the dispatcher that owns it; it is safe for concurrent use.
@@ -208,10 +220,13 @@ type entry struct {
 	load    float64
 	conn    bool // the peer was connected at the last refresh
 	score   float64
-	rated   bool
-	health  *health
-	stats   *stats
-	idx     int32 // the peer's position in ID order
+	cost    float64 // the score's cost: score = 1 / (1 + cost)
+	// concurrency is the peer's advertised concurrency, at least 1.
+	concurrency float64
+	rated       bool
+	health      *health
+	stats       *stats
+	idx         int32 // the peer's position in ID order
 }
 
 func (e *entry) hasLabel(l string) bool { return slices.Contains(e.labels, l) }
@@ -284,7 +299,8 @@ func (s *Selector) Refresh() {
 		for _, t := range p.Types {
 			slab = append(slab, entry{
 				id: p.ID, labels: p.Labels, head: t.Head, hasHead: t.HasHead,
-				load: p.Load, conn: p.Connected, health: s.phealth[i], stats: s.pstats[i], idx: int32(i),
+				load: p.Load, concurrency: float64(max(1, p.Concurrency)), conn: p.Connected,
+				health: s.phealth[i], stats: s.pstats[i], idx: int32(i),
 			})
 			ti := entryType[len(slab)-1]
 			lists[ti] = append(lists[ti], &slab[len(slab)-1])
@@ -336,7 +352,8 @@ func (s *Selector) buildView(name string, entries []*entry) *typeView {
 			// Unrated peers are judged on what they advertise alone.
 			in.view = view{}
 		}
-		e.score = score(in, s.cfg.Rating)
+		e.cost = cost(in, s.cfg.Rating)
+		e.score = 1 / (1 + e.cost)
 	}
 	// Entries arrive in ID order; round-robin and random modes keep it.
 	if s.cfg.Selection.Mode == config.ModeRating {

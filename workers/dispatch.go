@@ -738,7 +738,8 @@ func peerOf(pi node.PeerInfo) selection.Peer {
 	nd := pi.Data
 	// Candidates carry the peer ID's raw bytes: turning them back into a
 	// peer.ID costs nothing on the request path.
-	p := selection.Peer{ID: string(nd.PeerID), Labels: nd.Labels, Connected: pi.Connected}
+	p := selection.Peer{ID: string(nd.PeerID), Labels: nd.Labels, Connected: pi.Connected,
+		Concurrency: nd.Capacity.MaxConcurrent}
 	for _, wt := range nd.WorkTypes {
 		t := selection.TypeInfo{Name: wt.Name}
 		if wt.Head != nil {

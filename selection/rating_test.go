@@ -146,12 +146,16 @@ func TestRating_ConcurrentPicksWeighInFlight(t *testing.T) {
 	var open []*Plan
 	var picks []Pick
 	count := map[string]int{}
-	for range 8 {
+	hold := func() string {
 		p := s.Plan(Request{WorkType: "sha256"})
 		pk := mustNext(t, p)
 		open = append(open, p)
 		picks = append(picks, pk)
 		count[pk.Peer]++
+		return pk.Peer
+	}
+	for range 8 {
+		hold()
 	}
 	if count["a"] != 4 || count["b"] != 4 || count["grey"] != 0 {
 		t.Fatalf("8 concurrent picks: %v; want 4 each on a and b, none on grey", count)
@@ -160,11 +164,7 @@ func TestRating_ConcurrentPicksWeighInFlight(t *testing.T) {
 	// nothing in flight: the good ones take another concurrency's worth
 	// before grey gets its first request.
 	for range 8 {
-		p := s.Plan(Request{WorkType: "sha256"})
-		pk := mustNext(t, p)
-		open = append(open, p)
-		picks = append(picks, pk)
-		count[pk.Peer]++
+		hold()
 	}
 	if count["grey"] != 0 {
 		t.Fatalf("16 concurrent picks: %v; grey should wait until a and b carry twice their concurrency", count)
@@ -172,12 +172,8 @@ func TestRating_ConcurrentPicksWeighInFlight(t *testing.T) {
 	// At twice their concurrency a and b weigh as much as grey; ties keep the
 	// rank order, so each takes one more, and then grey is the lightest.
 	for i, want := range []string{"a", "b", "grey"} {
-		p := s.Plan(Request{WorkType: "sha256"})
-		pk := mustNext(t, p)
-		open = append(open, p)
-		picks = append(picks, pk)
-		if pk.Peer != want {
-			t.Fatalf("concurrent pick %d: %s, want %s", 17+i, pk.Peer, want)
+		if got := hold(); got != want {
+			t.Fatalf("concurrent pick %d: %s, want %s", 17+i, got, want)
 		}
 	}
 	// Once the attempts end, the best peer is the strict first pick again.

@@ -108,6 +108,9 @@ func (s *Selector) Plan(req Request) *Plan {
 	return p
 }
 
+// Idempotent reports whether the request may be hedged.
+func (p *Plan) Idempotent() bool { return p.req.Idempotent }
+
 // BeyondHead reports whether the request names a position above every
 // candidate's head: one attempt, its empty answer final, no fallback.
 func (p *Plan) BeyondHead() bool { return p.beyondHead }

@@ -134,6 +134,8 @@ func (u *chainUpstream) serve(w http.ResponseWriter, r *http.Request) {
 		default:
 			result(u.name)
 		}
+	case "eth_sendRawTransaction":
+		result(u.name) // as if it were the transaction's hash
 	default:
 		rpcErr(-32601, "the method "+c.Method+" does not exist/is not available")
 	}

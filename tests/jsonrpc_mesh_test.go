@@ -218,6 +218,52 @@ func TestJSONRPC_GreyUpstreamEjectedByLiveness(t *testing.T) {
 	}
 }
 
+// With hedging on, a read stuck on a slow worker is sent to a second one
+// after hedge-delay and the quicker answer wins; a transaction is never
+// sent twice, however slow its worker.
+func TestJSONRPC_ReadsHedgedWritesNot(t *testing.T) {
+	hits := newHitCounter()
+	const slowness, hedgeDelay = 400 * time.Millisecond, 20 * time.Millisecond
+	gwCfg := func(c *config.Config) {
+		include := false
+		// The slow worker's group comes first, so it is always the first pick.
+		c.LabelBalancing = &config.LabelBalancingConfig{Order: []string{"slow", "fast"}, IncludeDefault: &include}
+		c.Hedge.MaxCount, c.Hedge.Delay = 1, hedgeDelay
+		c.Worker.MaxRemoteWorkers = 2
+	}
+	gw := startMember(t, hits, memberSpec{name: "gateway", cfg: gwCfg}, nil)
+	slow := newChainUpstream(t, "slow", hits, func(u *chainUpstream) { u.delay = slowness })
+	fast := newChainUpstream(t, "fast", hits, nil)
+	startMember(t, hits, jsonrpcSpec(t, "slow", []string{"slow"}, slow, nil), gw)
+	startMember(t, hits, jsonrpcSpec(t, "fast", []string{"fast"}, fast, nil), gw)
+	waitRanked(t, gw, workers.JSONRPCType, 2)
+	url := rpcEndpointOf(t, gw)
+
+	for i := range 3 {
+		hits.reset()
+		start := time.Now()
+		r := rpcOne(t, url, req(i, "eth_getBalance", "0xaa", "latest"))
+		took := time.Since(start)
+		if r.Error != nil || string(r.Result) != `"fast"` {
+			t.Fatalf("read %d: %s; want the hedge's answer from fast", i, r)
+		}
+		if took >= slowness {
+			t.Fatalf("read %d took %s: the hedge did not win against the %s worker", i, took, slowness)
+		}
+		if s, f := hits.get("slow"), hits.get("fast"); s != 1 || f != 1 {
+			t.Fatalf("read %d: upstream hits slow %d, fast %d; want one each (first pick and hedge)", i, s, f)
+		}
+	}
+	hits.reset()
+	r := rpcOne(t, url, req(9, "eth_sendRawTransaction", "0x00"))
+	if r.Error != nil || string(r.Result) != `"slow"` {
+		t.Fatalf("transaction: %s; want it sent once, to the first pick", r)
+	}
+	if s, f := hits.get("slow"), hits.get("fast"); s != 1 || f != 0 {
+		t.Fatalf("transaction: upstream hits slow %d, fast %d; want it sent to slow only", s, f)
+	}
+}
+
 // A node whose upstream serves another chain refuses to start its jsonrpc
 // work type, so it never advertises or serves it.
 func TestJSONRPC_ChainIDMismatchRefusedAtStart(t *testing.T) {

@@ -195,7 +195,7 @@ func (d *Dispatcher) Dispatch(ctx context.Context, req WorkRequest) WorkResult {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 
-	sreq := selection.Request{WorkType: req.Type, Labels: req.Labels, Idempotent: idempotent(req.Type)}
+	sreq := selection.Request{WorkType: req.Type, Labels: req.Labels, Idempotent: idempotent(&req)}
 	if req.MinHead != nil {
 		sreq.MinHead, sreq.HasMinHead = *req.MinHead, true
 	}
@@ -210,12 +210,15 @@ func (d *Dispatcher) Dispatch(ctx context.Context, req WorkRequest) WorkResult {
 	return res
 }
 
-// idempotent reports whether a work type may be hedged: the built-in types
-// have no side effects.
-func idempotent(workType string) bool {
-	switch workType {
+// idempotent reports whether a request may be hedged: the built-in types
+// have no side effects, and a jsonrpc request of nothing but reads has none
+// either (see ReadOnly). An http fetch may have; it is never hedged.
+func idempotent(req *WorkRequest) bool {
+	switch req.Type {
 	case "echo", "sha256", "sleep":
 		return true
+	case JSONRPCType:
+		return ReadOnly(req.Payload)
 	}
 	return false
 }
@@ -223,7 +226,7 @@ func idempotent(workType string) bool {
 // remote runs the remote attempts of a request. A result with an empty
 // Status means no remote attempt decided it and the fallback may run.
 func (d *Dispatcher) remote(ctx context.Context, req WorkRequest, plan *selection.Plan) (res WorkResult) {
-	if d.cfg.Hedge.MaxCount == 0 || !idempotent(req.Type) || plan.BeyondHead() {
+	if d.cfg.Hedge.MaxCount == 0 || !plan.Idempotent() || plan.BeyondHead() {
 		return d.sequential(ctx, req, plan)
 	}
 	actx, cancelAttempts := context.WithCancel(ctx)

@@ -210,6 +210,49 @@ var blockParam = map[string]int{
 	"trace_call":                                 2,
 }
 
+// readOnlyMethods are the methods, besides the block-addressed and range
+// ones, that only read chain state any node of the chain answers alike, so
+// a request of nothing but reads may be hedged: sent to a second worker
+// while the first is slow. Anything else (sending transactions, signing,
+// filters and subscriptions, which live on one node) is never hedged.
+var readOnlyMethods = map[string]bool{
+	"eth_blockNumber": true, "eth_chainId": true, "net_version": true, "web3_clientVersion": true,
+	"eth_gasPrice": true, "eth_maxPriorityFeePerGas": true, "eth_feeHistory": true, "eth_blobBaseFee": true,
+	"eth_syncing": true, "eth_getBlockByHash": true, "eth_getBlockTransactionCountByHash": true,
+	"eth_getUncleCountByBlockHash": true, "eth_getTransactionByHash": true,
+	"eth_getTransactionByBlockHashAndIndex": true, "eth_getTransactionReceipt": true,
+	"eth_getBlockReceipts": true, "eth_estimateGas": true, "eth_createAccessList": true,
+	"debug_traceTransaction": true, "trace_transaction": true, "trace_get": true, "trace_replayTransaction": true,
+}
+
+// ReadOnly reports whether a jsonrpc payload (one request or a batch) asks
+// only for reads: then the dispatcher may hedge it. A payload it cannot
+// read is not.
+func ReadOnly(payload []byte) bool {
+	type call struct {
+		Method string `json:"method"`
+	}
+	p := bytes.TrimSpace(payload)
+	var calls []call
+	if len(p) > 0 && p[0] == '[' {
+		if json.Unmarshal(p, &calls) != nil {
+			return false
+		}
+	} else {
+		var c call
+		if json.Unmarshal(p, &c) != nil {
+			return false
+		}
+		calls = []call{c}
+	}
+	for _, c := range calls {
+		if _, addressed := blockParam[c.Method]; !addressed && !rangeMethods[c.Method] && !readOnlyMethods[c.Method] {
+			return false
+		}
+	}
+	return len(calls) > 0
+}
+
 // rangeMethods take a filter object whose fromBlock and toBlock name blocks.
 var rangeMethods = map[string]bool{"eth_getLogs": true, "trace_filter": true}
 

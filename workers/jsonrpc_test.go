@@ -425,3 +425,30 @@ func TestJSONRPC_RunFollowsHead(t *testing.T) {
 		t.Fatalf("Run after Close: %v", err)
 	}
 }
+
+// Only a payload of nothing but reads may be hedged: one write in a batch,
+// a filter (which lives on one node), an unknown method or a payload that
+// is not JSON-RPC makes it not.
+func TestJSONRPC_ReadOnly(t *testing.T) {
+	for _, c := range []struct {
+		payload string
+		want    bool
+	}{
+		{`{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber","params":[]}`, true},
+		{`{"jsonrpc":"2.0","id":1,"method":"eth_getBalance","params":["0xaa","0x10"]}`, true},
+		{`{"jsonrpc":"2.0","id":1,"method":"eth_getLogs","params":[{"fromBlock":"0x1"}]}`, true},
+		{`  [{"jsonrpc":"2.0","id":1,"method":"eth_call","params":[{},"latest"]},{"jsonrpc":"2.0","id":2,"method":"eth_getTransactionReceipt","params":["0x1"]}]`, true},
+		{`{"jsonrpc":"2.0","id":1,"method":"eth_sendRawTransaction","params":["0x00"]}`, false},
+		{`[{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber"},{"jsonrpc":"2.0","id":2,"method":"eth_sendRawTransaction","params":["0x00"]}]`, false},
+		{`{"jsonrpc":"2.0","id":1,"method":"eth_newFilter","params":[{}]}`, false},
+		{`{"jsonrpc":"2.0","id":1,"method":"eth_getFilterChanges","params":["0x1"]}`, false},
+		{`{"jsonrpc":"2.0","id":1,"method":"no_such_method"}`, false},
+		{`[]`, false},
+		{`not json`, false},
+		{``, false},
+	} {
+		if got := ReadOnly([]byte(c.payload)); got != c.want {
+			t.Errorf("ReadOnly(%s) = %v, want %v", c.payload, got, c.want)
+		}
+	}
+}

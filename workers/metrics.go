@@ -626,7 +626,8 @@ type PlanView struct {
 // The picks it takes from the selection core are reported back as
 // cancelled, so nothing stays counted in flight.
 func (d *Dispatcher) Plan(req PlanRequest) PlanView {
-	sreq := selection.Request{WorkType: req.Type, Labels: req.Labels, Idempotent: idempotent(req.Type)}
+	// The view has no payload: a jsonrpc request shows as not hedged.
+	sreq := selection.Request{WorkType: req.Type, Labels: req.Labels, Idempotent: idempotent(&WorkRequest{Type: req.Type})}
 	if req.MinHead != nil {
 		sreq.MinHead, sreq.HasMinHead = *req.MinHead, true
 	}

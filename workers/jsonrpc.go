@@ -370,7 +370,7 @@ type JSONRPC struct {
 	stopRun   context.CancelFunc
 	runs      sync.WaitGroup
 	pollFails int   // consecutive failed head polls, for quiet logging
-	headErr   error // the last head poll's error; nil once one works again
+	headErr   error // set while head polls fail; nil once one works again
 }
 
 var (
@@ -619,7 +619,9 @@ func (j *JSONRPC) pollHead(ctx context.Context) {
 		}
 		j.pollFails++
 		j.mu.Lock()
-		j.headErr = fmt.Errorf("upstream %s: head poll failed (%d in a row): %w", j.shown, j.pollFails, err)
+		// Peers see this in health answers: it names neither the upstream
+		// nor the error, whose URL may carry an API key (the log has both).
+		j.headErr = fmt.Errorf("upstream head poll failed (%d in a row)", j.pollFails)
 		j.mu.Unlock()
 		if j.pollFails == 1 {
 			j.log.WithError(err).Warn("jsonrpc: head poll failed; keeping the last head")

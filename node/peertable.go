@@ -27,7 +27,8 @@ type Source int
 
 // The ways a record reaches the peer table.
 const (
-	// SourceGossip: a gossipsub announcement from the node itself.
+	// SourceGossip: a gossipsub announcement, published by the node itself
+	// or passed on by another.
 	SourceGossip Source = iota + 1
 	// SourceDHT: a value record read from the DHT.
 	SourceDHT

@@ -16,7 +16,7 @@ const (
 	// RejectOversized: the encoded envelope is larger than MaxRecordSize.
 	RejectOversized
 	// RejectForged: the signature is invalid, or the signer is not the peer
-	// the record (or the DHT key, or the gossip author) speaks for.
+	// the record (or the DHT key) speaks for.
 	RejectForged
 	// RejectReplay: the sequence is older than the one already held.
 	RejectReplay

@@ -396,7 +396,6 @@ func New(ctx context.Context, cfg config.NodeConfig, opts ...Option) (*Node, err
 	}
 
 	h.SetStreamHandler(HealthProtocol(n.network), n.handleHealth)
-	h.SetStreamHandler(NodeDataProtocol(n.network), n.handleNodeData)
 	sub, err := h.EventBus().Subscribe(new(event.EvtPeerConnectednessChanged))
 	if err != nil {
 		return fail(fmt.Errorf("node: connection events: %w", err))
@@ -413,6 +412,8 @@ func New(ctx context.Context, cfg config.NodeConfig, opts ...Option) (*Node, err
 	if err != nil {
 		return fail(fmt.Errorf("node: %w", err))
 	}
+	// The nodedata handler may pass a pushed record on through gossip.
+	h.SetStreamHandler(NodeDataProtocol(n.network), n.handleNodeData)
 
 	n.dht, err = dht.New(h,
 		dht.Mode(dht.ModeServer),
@@ -781,6 +782,12 @@ func (n *Node) bootstrapLoop() {
 					return
 				}
 				ok.Store(true)
+				// Hand the bootstrap peer our record at once: it
+				// passes it on to its own peers, so that the network
+				// knows this node before its gossip is set up.
+				if err := n.pushNodeData(ctx, ai.ID); err != nil && n.ctx.Err() == nil {
+					n.log.WithField("peer", ai.ID.String()).Debugf("bootstrap: %v", err)
+				}
 			}()
 		}
 		wg.Wait()
@@ -863,9 +870,10 @@ func (n *Node) syncLoop() {
 // checks as the DHT validator. Whoever published the message on gossip, the
 // record inside must be signed by the key of the peer it speaks for: that
 // signature is what makes it trustworthy, so any peer may pass on another's
-// record, while the peer table's rules (newest sequence wins, replays
-// refused) apply whoever relayed it. A good record is entered in the peer
-// table here, without waiting for gossipsub's delivery queue.
+// record (as a node does with the record a newcomer pushed to it), while the
+// peer table's rules (newest sequence wins, replays refused) apply whoever
+// relayed it. A good record is entered in the peer table here, without
+// waiting for gossipsub's delivery queue.
 func (n *Node) verifyGossip(author peer.ID, data []byte) (any, error) {
 	if author == n.ID() {
 		return nil, nil // our own publication on its way out, checked when it was made

@@ -66,6 +66,11 @@ var errHealthFault = errors.New("health ping dropped by fault injection")
 type nodedataRequest struct {
 	// All asks for every fresh record the node holds, not only its own.
 	All bool `json:"all"`
+	// Push says that the requester's own signed record follows the request
+	// in a frame of its own, for the node to enter and pass on. A node that
+	// joins hands its record to the peers it bootstraps from this way,
+	// without waiting for its gossip to be set up.
+	Push bool `json:"push,omitempty"`
 }
 
 // finish closes s after a good exchange and resets it after a failed one.
@@ -182,6 +187,11 @@ func (n *Node) handleNodeData(s network.Stream) {
 		n.log.WithField("peer", from.String()).Debugf("nodedata: bad request: %v", err)
 		return
 	}
+	if req.Push {
+		if err = n.takePush(s, from); err != nil {
+			return
+		}
+	}
 	if err = writeFrame(s, n.current().Envelope); err != nil || !req.All {
 		return
 	}
@@ -200,10 +210,65 @@ func (n *Node) handleNodeData(s network.Stream) {
 	}
 }
 
+// takePush reads the record a peer pushed after its request and enters it.
+// Only the peer's own record may be pushed. When the table held no fresh
+// record of the peer, the record is also published on gossip at once: that
+// sends it to every topic peer this node is connected to in one hop, where
+// the newcomer's own announcement would have to wait for its gossip streams
+// and then travel through a mesh it is not part of yet.
+func (n *Node) takePush(s network.Stream, from peer.ID) error {
+	b, err := readFrame(s, MaxRecordSize)
+	if err != nil {
+		if errors.Is(err, ErrFrameTooLarge) {
+			n.table.RejectVia(SourceSync, RejectOversized, from, err)
+		}
+		return fmt.Errorf("pushed record: %w", err)
+	}
+	sd, err := OpenNodeData(b, n.network)
+	if err != nil {
+		n.table.RejectVia(SourceSync, ReasonOf(err), from, err)
+		return err
+	}
+	if sd.Data.PeerID != from {
+		err := reject(RejectForged, fmt.Errorf("record of %s pushed by %s", sd.Data.PeerID, from))
+		n.table.RejectVia(SourceSync, RejectForged, from, err)
+		return err
+	}
+	_, known := n.table.Get(from)
+	if ok, _ := n.enter(sd, from, SourceSync); ok && !known {
+		n.relay(sd)
+	}
+	return nil // an older or the same record again is no reason to fail the exchange
+}
+
+// relay publishes a peer's verified record on gossip on its behalf. The
+// record is marked relayed first, so that the peer's own gossip copy is not
+// passed on a second time.
+func (n *Node) relay(sd *SignedNodeData) {
+	n.table.Offer(sd, n.ID(), SourceGossip) // the same record again as gossip: marks it relayed
+	if err := n.gossip.Publish(n.ctx, sd.Envelope); err != nil && n.ctx.Err() == nil {
+		n.log.WithField("peer", sd.Data.PeerID.String()).Debugf("relay nodedata: %v", err)
+	}
+}
+
+// pushNodeData hands p this node's own record (see nodedataRequest.Push)
+// and enters p's record, which comes back in the answer.
+func (n *Node) pushNodeData(ctx context.Context, p peer.ID) error {
+	_, err := n.exchangeNodeData(ctx, p, nodedataRequest{Push: true})
+	return err
+}
+
 // fetchNodeData asks p for its own record (and, with all, every record it
 // holds) and offers each one to the peer table. It returns the number of
 // records that changed the table.
 func (n *Node) fetchNodeData(ctx context.Context, p peer.ID, all bool) (int, error) {
+	return n.exchangeNodeData(ctx, p, nodedataRequest{All: all})
+}
+
+// exchangeNodeData sends req to p (with this node's own record after it
+// when req.Push is set) and offers each record of the answer to the peer
+// table. It returns the number of records that changed the table.
+func (n *Node) exchangeNodeData(ctx context.Context, p peer.ID, req nodedataRequest) (int, error) {
 	ctx, cancel := withDefaultTimeout(ctx, syncTimeout)
 	defer cancel()
 	s, err := n.host.NewStream(ctx, p, NodeDataProtocol(n.network))
@@ -219,8 +284,13 @@ func (n *Node) fetchNodeData(ctx context.Context, p peer.ID, all bool) (int, err
 		if err := s.SetDeadline(dl); err != nil {
 			return err
 		}
-		if err := writeJSONFrame(s, nodedataRequest{All: all}, maxRequestFrame); err != nil {
+		if err := writeJSONFrame(s, req, maxRequestFrame); err != nil {
 			return err
+		}
+		if req.Push {
+			if err := writeFrame(s, n.current().Envelope); err != nil {
+				return err
+			}
 		}
 		if err := s.CloseWrite(); err != nil {
 			return err

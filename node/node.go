@@ -396,7 +396,6 @@ func New(ctx context.Context, cfg config.NodeConfig, opts ...Option) (*Node, err
 	}
 
 	h.SetStreamHandler(HealthProtocol(n.network), n.handleHealth)
-	h.SetStreamHandler(NodeDataProtocol(n.network), n.handleNodeData)
 	sub, err := h.EventBus().Subscribe(new(event.EvtPeerConnectednessChanged))
 	if err != nil {
 		return fail(fmt.Errorf("node: connection events: %w", err))
@@ -413,6 +412,8 @@ func New(ctx context.Context, cfg config.NodeConfig, opts ...Option) (*Node, err
 	if err != nil {
 		return fail(fmt.Errorf("node: %w", err))
 	}
+	// The nodedata handler may pass a pushed record on through gossip.
+	h.SetStreamHandler(NodeDataProtocol(n.network), n.handleNodeData)
 
 	n.dht, err = dht.New(h,
 		dht.Mode(dht.ModeServer),
@@ -781,6 +782,12 @@ func (n *Node) bootstrapLoop() {
 					return
 				}
 				ok.Store(true)
+				// Hand the bootstrap peer our record at once: it
+				// passes it on to its own peers, so that the network
+				// knows this node before its gossip is set up.
+				if err := n.pushNodeData(ctx, ai.ID); err != nil && n.ctx.Err() == nil {
+					n.log.WithField("peer", ai.ID.String()).Debugf("bootstrap: %v", err)
+				}
 			}()
 		}
 		wg.Wait()
@@ -860,32 +867,34 @@ func (n *Node) syncLoop() {
 }
 
 // verifyGossip checks an announcement before gossipsub relays it: the same
-// checks as the DHT validator, plus that the message's author (proven by
-// gossipsub's own signature) is the peer the record speaks for, since nodes
-// only ever publish their own record. A good record is entered in the peer
-// table here, without waiting for gossipsub's delivery queue.
+// checks as the DHT validator. Whoever published the message on gossip, the
+// record inside must be signed by the key of the peer it speaks for: that
+// signature is what makes it trustworthy, so any peer may pass on another's
+// record (as a node does with the record a newcomer pushed to it), while the
+// peer table's rules (newest sequence wins, replays refused) apply whoever
+// relayed it. A good record is entered in the peer table here, without
+// waiting for gossipsub's delivery queue.
 func (n *Node) verifyGossip(author peer.ID, data []byte) (any, error) {
-	if n.table.HoldsGossiped(author, data) {
-		return nil, pubsub.ErrIgnore // a copy of what we already relayed
+	if author == n.ID() {
+		return nil, nil // our own publication on its way out, checked when it was made
+	}
+	if id, ok := envelopeSigner(data); ok && (id == n.ID() || n.table.HoldsGossiped(id, data)) {
+		// Signed with our key: our own record passed back to us, which
+		// we never need (and a forgery would not pass the signature
+		// check). Otherwise a copy of what we already relayed.
+		return nil, pubsub.ErrIgnore
 	}
 	sd, err := OpenNodeData(data, n.network)
 	if err != nil {
 		n.table.RejectVia(SourceGossip, ReasonOf(err), author, err)
 		return nil, err
 	}
-	if sd.Data.PeerID != author {
-		err := reject(RejectForged, fmt.Errorf("record of %s published by %s", sd.Data.PeerID, author))
-		n.table.RejectVia(SourceGossip, RejectForged, author, err)
-		return nil, err
-	}
-	if author == n.ID() {
-		return nil, nil // our own, on its way out
-	}
-	if have, ok := n.table.Sequence(author); ok && sd.Data.Sequence <= have {
+	id := sd.Data.PeerID
+	if have, ok := n.table.Sequence(id); ok && sd.Data.Sequence <= have {
 		if sd.Data.Sequence == have {
 			// Held, but learned by sync or from the DHT: relay it
 			// once so it still spreads, and mark it relayed.
-			if p, ok := n.table.Get(author); ok && !p.Gossiped {
+			if p, ok := n.table.Get(id); ok && !p.Gossiped {
 				n.enter(sd, author, SourceGossip)
 				return nil, nil
 			}
@@ -893,7 +902,7 @@ func (n *Node) verifyGossip(author peer.ID, data []byte) (any, error) {
 		}
 		// An older record is not relayed, but the relaying peer may just
 		// have been slow: ignore rather than punish.
-		err := reject(RejectReplay, fmt.Errorf("sequence %d of %s, already have %d", sd.Data.Sequence, author, have))
+		err := reject(RejectReplay, fmt.Errorf("sequence %d of %s, already have %d", sd.Data.Sequence, id, have))
 		n.table.RejectVia(SourceGossip, RejectReplay, author, err)
 		return nil, fmt.Errorf("%w: %w", pubsub.ErrIgnore, err)
 	}

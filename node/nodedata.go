@@ -294,3 +294,18 @@ func OpenNodeData(data []byte, network string) (*SignedNodeData, error) {
 	}
 	return &SignedNodeData{Data: rec.NodeData, Envelope: data}, nil
 }
+
+// envelopeSigner returns the peer whose key signed the envelope in data,
+// without checking the signature or decoding the record: enough to look up
+// what the table holds of that peer, never enough to trust the record.
+func envelopeSigner(data []byte) (peer.ID, bool) {
+	if len(data) > MaxRecordSize {
+		return "", false
+	}
+	env, err := record.UnmarshalEnvelope(data)
+	if err != nil {
+		return "", false
+	}
+	id, err := peer.IDFromPublicKey(env.PublicKey)
+	return id, err == nil
+}

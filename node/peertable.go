@@ -27,7 +27,8 @@ type Source int
 
 // The ways a record reaches the peer table.
 const (
-	// SourceGossip: a gossipsub announcement from the node itself.
+	// SourceGossip: a gossipsub announcement, published by the node itself
+	// or passed on by another.
 	SourceGossip Source = iota + 1
 	// SourceDHT: a value record read from the DHT.
 	SourceDHT
@@ -67,9 +68,10 @@ type PeerInfo struct {
 	Connected bool
 	// Gossiped reports whether this record (this sequence) has been seen
 	// on gossip, i.e. has already been relayed through the mesh by this
-	// node. A record first learned by sync or from the DHT is still relayed
-	// once when its gossip copy arrives, so that learning it early never
-	// stops it from spreading.
+	// node, or published by this node on the peer's behalf. A record first
+	// learned by sync or from the DHT is still relayed once when its gossip
+	// copy arrives, so that learning it early never stops it from
+	// spreading.
 	Gossiped bool
 }
 

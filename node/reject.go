@@ -15,8 +15,9 @@ const (
 	RejectMalformed RejectReason = iota + 1
 	// RejectOversized: the encoded envelope is larger than MaxRecordSize.
 	RejectOversized
-	// RejectForged: the signature is invalid, or the signer is not the peer
-	// the record (or the DHT key, or the gossip author) speaks for.
+	// RejectForged: the signature is invalid, the signer is not the peer
+	// the record (or the DHT key) speaks for, or a peer pushed a record
+	// that is not its own.
 	RejectForged
 	// RejectReplay: the sequence is older than the one already held.
 	RejectReplay

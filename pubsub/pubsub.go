@@ -137,9 +137,10 @@ func New(ctx context.Context, h host.Host, network string, verify Verifier, deli
 	}
 
 	gopts := append([]lpubsub.Option{
-		// Every message must carry its author's signature: the Verifier
-		// relies on the author being proven to tie it to the record's
-		// own signer.
+		// Every message must carry its author's signature, so that the
+		// author a Verifier is told (and may blame for a bad message) is
+		// proven. What a message says is the Verifier's to judge: an
+		// announcement may carry a value signed by someone else.
 		lpubsub.WithMessageSignaturePolicy(lpubsub.StrictSign),
 		// A node's own announcement goes to every topic peer it is
 		// connected to, not only to its mesh: a node that just connected

@@ -2,6 +2,7 @@ package tests
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"io"
 	"os"
@@ -9,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/sirupsen/logrus"
 
 	"github.com/workmesh/workmesh/config"
@@ -136,4 +139,18 @@ func knows(n, other *node.Node, workTypes, labels []string) error {
 		return fmt.Errorf("%s sees %s with labels %v, want %v", n.ID().ShortString(), other.ID().ShortString(), p.Data.Labels, labels)
 	}
 	return nil
+}
+
+// newIdentity returns a fresh libp2p key and its peer ID.
+func newIdentity(tb testing.TB) (crypto.PrivKey, peer.ID) {
+	tb.Helper()
+	key, _, err := crypto.GenerateEd25519Key(rand.Reader)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	id, err := peer.IDFromPrivateKey(key)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return key, id
 }

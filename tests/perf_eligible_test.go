@@ -132,8 +132,8 @@ func BenchmarkPerfEligibleVsRawGossip(b *testing.B) {
 			// once) pass, so that the raw message crosses a quiet network.
 			time.Sleep(300 * time.Millisecond)
 			m := joinRaw(b, n)
-			if len(m.topic.ListPeers()) == 0 {
-				b.Fatal("new node sees no peer on the raw topic")
+			if err := awaitRawPeer(ctx, m); err != nil {
+				b.Fatal(err)
 			}
 			want := fmt.Sprintf("raw-%d", i)
 			pub := time.Now()

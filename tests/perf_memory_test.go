@@ -2,7 +2,6 @@ package tests
 
 import (
 	"bytes"
-	"crypto/rand"
 	"fmt"
 	"net"
 	"os"
@@ -12,9 +11,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/libp2p/go-libp2p/core/crypto"
-	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/workmesh/workmesh/node"
 	"github.com/workmesh/workmesh/selection"
@@ -77,14 +73,7 @@ func BenchmarkPerfMemoryThousandPeers(b *testing.B) {
 	m := startMember(b, newHitCounter(), memberSpec{name: "tracker", cfg: productionSettings}, nil)
 	records := make([][]byte, peers)
 	for i := range records {
-		key, _, err := crypto.GenerateEd25519Key(rand.Reader)
-		if err != nil {
-			b.Fatal(err)
-		}
-		id, err := peer.IDFromPrivateKey(key)
-		if err != nil {
-			b.Fatal(err)
-		}
+		key, id := newIdentity(b)
 		head := uint64(1000 + i)
 		nd := node.NodeData{
 			PeerID: id, Addrs: []string{addr}, Version: "bench", Network: m.node.Network(),

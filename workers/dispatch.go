@@ -619,7 +619,8 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	table := d.node.Peers()
 	changed := table.Changed()
 	d.syncPeers()
-	var syncC <-chan time.Time
+	var syncC <-chan time.Time // running while syncs are spaced out
+	syncPending := false       // a change arrived since the last sync
 	var mu sync.Mutex
 	polling := map[string]bool{}
 	sem := make(chan struct{}, 16) // polls in flight at once
@@ -628,17 +629,24 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-changed:
-			// A burst of changes is taken once, a moment after it starts:
-			// soon enough that a new peer is eligible as its record
-			// arrives (a tick later cost up to 50ms at the last of 19
-			// dispatchers), seldom enough to bound the syncs.
+			// The first change is taken at once, so that a new peer is
+			// eligible as its record arrives; the changes that follow
+			// within syncDelay are taken together at its end, which
+			// bounds the syncs during a burst.
 			changed = table.Changed()
 			if syncC == nil {
+				d.syncPeers()
 				syncC = time.After(syncDelay)
+			} else {
+				syncPending = true
 			}
 		case <-syncC:
 			syncC = nil
-			d.syncPeers()
+			if syncPending {
+				syncPending = false
+				d.syncPeers()
+				syncC = time.After(syncDelay)
+			}
 		case <-ticker.C:
 			d.sel.MaybeRefresh()
 			for _, id := range d.sel.Liveness().Due() {

@@ -1,0 +1,135 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"io"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/peer"
+	ma "github.com/multiformats/go-multiaddr"
+)
+
+// bareHost is a libp2p host with no workmesh protocols of its own, keyed by
+// p, standing in for a peer that speaks the nodedata protocol by hand.
+func bareHost(t *testing.T, p peerKey) host.Host {
+	t.Helper()
+	h, err := newHost(p.key, testNetwork, "test", []ma.Multiaddr{ma.StringCast("/ip4/127.0.0.1/udp/0/quic-v1")}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close() })
+	return h
+}
+
+// pushRaw connects h to n, pushes rec on the nodedata protocol and returns
+// the records n answered with.
+func pushRaw(t *testing.T, h host.Host, n *Node, rec []byte) ([][]byte, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := h.Connect(ctx, peer.AddrInfo{ID: n.ID(), Addrs: n.Host().Addrs()}); err != nil {
+		t.Fatal(err)
+	}
+	s, err := h.NewStream(ctx, n.ID(), NodeDataProtocol(testNetwork))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Reset()
+	s.SetDeadline(time.Now().Add(5 * time.Second))
+	if err := writeJSONFrame(s, nodedataRequest{Push: true}, maxRequestFrame); err != nil {
+		return nil, err
+	}
+	if err := writeFrame(s, rec); err != nil {
+		return nil, err
+	}
+	s.CloseWrite()
+	var out [][]byte
+	for {
+		b, err := readFrame(s, MaxRecordSize)
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		}
+		if err != nil {
+			return out, err
+		}
+		out = append(out, b)
+	}
+}
+
+// awaitRecord waits until tb holds a record of id, or fails the test.
+func awaitRecord(t *testing.T, tb *PeerTable, id peer.ID) PeerInfo {
+	t.Helper()
+	deadline := time.After(5 * time.Second)
+	for {
+		ch := tb.Changed()
+		if p, ok := tb.Get(id); ok {
+			return p
+		}
+		select {
+		case <-ch:
+		case <-deadline:
+			t.Fatalf("no record of %s within 5s", id)
+		}
+	}
+}
+
+// TestNodeDataPushIsPassedOn has a bare peer push its record to A, which is
+// connected to C: A enters it and publishes it on gossip, and C accepts the
+// record of a peer it never heard from, published by A.
+func TestNodeDataPushIsPassedOn(t *testing.T) {
+	a := startTestNode(t, testConfig(t))
+	cfg := testConfig(t)
+	for _, addr := range a.Addrs() {
+		cfg.Bootstrap = append(cfg.Bootstrap, addr.String())
+	}
+	c := startTestNode(t, cfg)
+	awaitRecord(t, a.Peers(), c.ID())
+	awaitRecord(t, c.Peers(), a.ID())
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(5 * time.Second)
+	for !slices.Contains(a.Gossip().Peers(), c.ID()) {
+		select {
+		case <-tick.C:
+		case <-deadline:
+			t.Fatal("A does not see C on the nodedata topic")
+		}
+	}
+
+	b := newPeerKey(t)
+	rec := b.record(t, uint64(time.Now().UnixNano()))
+	answer, err := pushRaw(t, bareHost(t, b), a, rec)
+	if err != nil {
+		t.Fatalf("push: %v", err)
+	}
+	if len(answer) != 1 || string(answer[0]) != string(a.NodeData().Envelope) {
+		t.Errorf("answer to a push: %d records, want A's own", len(answer))
+	}
+	if p, ok := a.Peers().Get(b.id); !ok || p.Source != SourceSync || !p.Gossiped {
+		t.Errorf("A holds the pushed record: %t, source %s, relayed %t; want true, sync, true", ok, p.Source, p.Gossiped)
+	}
+	if p := awaitRecord(t, c.Peers(), b.id); p.Source != SourceGossip || string(p.Envelope) != string(rec) {
+		t.Errorf("C holds B's record from %s, want gossip, the pushed envelope", p.Source)
+	}
+}
+
+// TestNodeDataPushOfAnotherPeerRefused pushes a genuine record of one peer
+// from another: a push is a peer's own record, so it is refused, counted
+// as forged from sync, and not entered.
+func TestNodeDataPushOfAnotherPeerRefused(t *testing.T) {
+	a := startTestNode(t, testConfig(t))
+	pusher, other := newPeerKey(t), newPeerKey(t)
+	if _, err := pushRaw(t, bareHost(t, pusher), a, other.record(t, 5)); err == nil {
+		t.Error("a push of another peer's record was answered")
+	}
+	if got := a.Peers().RejectionsBySource()[SourceSync][RejectForged]; got != 1 {
+		t.Errorf("%d forged pushes counted from sync, want 1", got)
+	}
+	if _, ok := a.Peers().Get(other.id); ok {
+		t.Error("the record of a peer pushed by another was entered")
+	}
+}

@@ -28,7 +28,7 @@ func (n *Node) Collector() prometheus.Collector { return n.table.Collector() }
 func (t *PeerTable) Collector() prometheus.Collector { return tableCollector{t} }
 
 // Known returns the number of peers in the table, fresh or not yet expired.
-func (t *PeerTable) Known() int { return len(t.state.Load().byID) }
+func (t *PeerTable) Known() int { return len(t.view().byID) }
 
 // RejectionsBySource returns how many records were refused, by the source
 // they arrived from and by reason. Rejections whose source was not said
@@ -65,7 +65,7 @@ func (c tableCollector) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect implements prometheus.Collector.
 func (c tableCollector) Collect(ch chan<- prometheus.Metric) {
-	st := c.t.state.Load()
+	st := c.t.view()
 	now := c.t.clock.Now()
 	fresh, connected := 0, 0
 	for _, e := range st.byID {

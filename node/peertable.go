@@ -3,6 +3,7 @@ package node
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -98,8 +99,8 @@ const tombstoneFactor = 10
 // maxLoggedRejects bounds the set of (reason, sender) pairs already logged.
 const maxLoggedRejects = 4096
 
-// tableState is an immutable view of the table; readers load it without
-// locking.
+// tableState is an immutable copy of the table; readers of the whole table
+// load it without locking.
 type tableState struct {
 	byID map[peer.ID]*PeerInfo
 }
@@ -118,7 +119,7 @@ type tombstone struct {
 // from gossip, the DHT and peer sync. A newer sequence replaces an older one,
 // a record is only ever accepted from its own signer, and a peer whose record
 // has not been refreshed within the TTL is no longer fresh. Reads are a
-// single atomic load.
+// single lookup or, for the whole table, a snapshot taken once per change.
 type PeerTable struct {
 	self    peer.ID
 	network string
@@ -126,12 +127,18 @@ type PeerTable struct {
 	clock   Clock
 	log     *logrus.Logger
 
-	state   atomic.Pointer[tableState]
+	// snap is a copy of byID for readers of the whole table, made by the
+	// first such reader after a change (nil until then): a burst of records
+	// costs one copy, not one per record.
+	snap    atomic.Pointer[tableState]
 	rejects [len(rejectNames)]atomic.Uint64
 	// rejectsBy counts the same rejections by source, then reason.
 	rejectsBy [numSources][len(rejectNames)]atomic.Uint64
 
-	mu         sync.Mutex // serialises writers
+	mu sync.Mutex // guards what follows
+	// byID holds every record not yet expired. An entry is never changed
+	// in place: an edit replaces it, so a snapshot may share entries.
+	byID       map[peer.ID]*PeerInfo
 	connected  map[peer.ID]bool
 	tombstones map[peer.ID]tombstone
 	logged     map[rejectKey]bool
@@ -152,13 +159,37 @@ func NewPeerTable(cfg PeerTableConfig) *PeerTable {
 		ttl:        cfg.TTL,
 		clock:      cfg.Clock,
 		log:        cfg.Logger,
+		byID:       make(map[peer.ID]*PeerInfo),
 		connected:  make(map[peer.ID]bool),
 		tombstones: make(map[peer.ID]tombstone),
 		logged:     make(map[rejectKey]bool),
 		changed:    make(chan struct{}),
 	}
-	t.state.Store(&tableState{byID: map[peer.ID]*PeerInfo{}})
 	return t
+}
+
+// view returns the snapshot of the table, making it when the table changed
+// since the last one.
+func (t *PeerTable) view() *tableState {
+	if st := t.snap.Load(); st != nil {
+		return st
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if st := t.snap.Load(); st != nil {
+		return st
+	}
+	st := &tableState{byID: maps.Clone(t.byID)}
+	t.snap.Store(st)
+	return st
+}
+
+// entry returns the record held of id, fresh or not.
+func (t *PeerTable) entry(id peer.ID) (*PeerInfo, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	e, ok := t.byID[id]
+	return e, ok
 }
 
 // Submit opens a signed record and offers it to the table. from is the peer
@@ -190,17 +221,16 @@ func (t *PeerTable) Offer(sd *SignedNodeData, from peer.ID, src Source) (bool, e
 	now := t.clock.Now()
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	cur := t.state.Load()
 	floor, have := uint64(0), false
-	if old, ok := cur.byID[id]; ok {
+	if old, ok := t.byID[id]; ok {
 		floor, have = old.Data.Sequence, true
 	} else if ts, ok := t.tombstones[id]; ok && now.Before(ts.until) {
 		floor, have = ts.seq, true
 	}
 	if have && sd.Data.Sequence <= floor {
 		if sd.Data.Sequence == floor {
-			if old, ok := cur.byID[id]; ok && src == SourceGossip && !old.Gossiped {
-				t.replaceLocked(cur, id, func(e *PeerInfo) { e.Gossiped = true })
+			if old, ok := t.byID[id]; ok && src == SourceGossip && !old.Gossiped {
+				t.replaceLocked(id, func(e *PeerInfo) { e.Gossiped = true })
 			}
 			return false, nil
 		}
@@ -209,11 +239,7 @@ func (t *PeerTable) Offer(sd *SignedNodeData, from peer.ID, src Source) (bool, e
 		return false, err
 	}
 	delete(t.tombstones, id)
-	next := &tableState{byID: make(map[peer.ID]*PeerInfo, len(cur.byID)+1)}
-	for k, v := range cur.byID {
-		next.byID[k] = v
-	}
-	next.byID[id] = &PeerInfo{
+	t.byID[id] = &PeerInfo{
 		Data:      sd.Data,
 		Envelope:  sd.Envelope,
 		LastSeen:  now,
@@ -221,18 +247,18 @@ func (t *PeerTable) Offer(sd *SignedNodeData, from peer.ID, src Source) (bool, e
 		Connected: t.connected[id],
 		Gossiped:  src == SourceGossip,
 	}
-	t.publishLocked(next)
+	t.publishLocked()
 	return true, nil
 }
 
 // Sequence returns the highest sequence the table holds, or still remembers
 // after expiry, for id. A record of id is only entered above it.
 func (t *PeerTable) Sequence(id peer.ID) (uint64, bool) {
-	if old, ok := t.state.Load().byID[id]; ok {
-		return old.Data.Sequence, true
-	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if old, ok := t.byID[id]; ok {
+		return old.Data.Sequence, true
+	}
 	if ts, ok := t.tombstones[id]; ok && t.clock.Now().Before(ts.until) {
 		return ts.seq, true
 	}
@@ -243,7 +269,7 @@ func (t *PeerTable) Sequence(id peer.ID) (uint64, bool) {
 // and has already seen it on gossip, so that another gossip copy can be
 // dropped without checking its signature again.
 func (t *PeerTable) HoldsGossiped(id peer.ID, envelope []byte) bool {
-	old, ok := t.state.Load().byID[id]
+	old, ok := t.entry(id)
 	return ok && old.Gossiped && bytes.Equal(old.Envelope, envelope)
 }
 
@@ -300,23 +326,18 @@ func (t *PeerTable) SetConnected(id peer.ID, connected bool) {
 	} else {
 		delete(t.connected, id)
 	}
-	cur := t.state.Load()
-	if old, ok := cur.byID[id]; ok && old.Connected != connected {
-		t.replaceLocked(cur, id, func(e *PeerInfo) { e.Connected = connected })
+	if old, ok := t.byID[id]; ok && old.Connected != connected {
+		t.replaceLocked(id, func(e *PeerInfo) { e.Connected = connected })
 	}
 }
 
-// replaceLocked publishes a copy of cur in which the entry of id (which must
-// exist) is changed by edit.
-func (t *PeerTable) replaceLocked(cur *tableState, id peer.ID, edit func(*PeerInfo)) {
-	next := &tableState{byID: make(map[peer.ID]*PeerInfo, len(cur.byID))}
-	for k, v := range cur.byID {
-		next.byID[k] = v
-	}
-	e := *cur.byID[id]
+// replaceLocked replaces the entry of id (which must exist) by a copy
+// changed by edit.
+func (t *PeerTable) replaceLocked(id peer.ID, edit func(*PeerInfo)) {
+	e := *t.byID[id]
 	edit(&e)
-	next.byID[id] = &e
-	t.publishLocked(next)
+	t.byID[id] = &e
+	t.publishLocked()
 }
 
 // IsConnected reports whether the host is connected to id, record or not.
@@ -333,7 +354,7 @@ func (t *PeerTable) fresh(e *PeerInfo, now time.Time) bool {
 
 // Get returns the fresh record of id.
 func (t *PeerTable) Get(id peer.ID) (PeerInfo, bool) {
-	e, ok := t.state.Load().byID[id]
+	e, ok := t.entry(id)
 	if !ok || !t.fresh(e, t.clock.Now()) {
 		return PeerInfo{}, false
 	}
@@ -354,7 +375,7 @@ func (t *PeerTable) Eligible(workType string, labels []string) []PeerInfo {
 }
 
 func (t *PeerTable) filter(keep func(*PeerInfo) bool) []PeerInfo {
-	st := t.state.Load()
+	st := t.view()
 	now := t.clock.Now()
 	out := make([]PeerInfo, 0, len(st.byID))
 	for _, e := range st.byID {
@@ -368,7 +389,7 @@ func (t *PeerTable) filter(keep func(*PeerInfo) bool) []PeerInfo {
 
 // Len returns the number of fresh peers.
 func (t *PeerTable) Len() int {
-	st := t.state.Load()
+	st := t.view()
 	now := t.clock.Now()
 	n := 0
 	for _, e := range st.byID {
@@ -391,9 +412,8 @@ func (t *PeerTable) Expire() int {
 			delete(t.tombstones, id)
 		}
 	}
-	cur := t.state.Load()
 	var gone []peer.ID
-	for id, e := range cur.byID {
+	for id, e := range t.byID {
 		if !t.fresh(e, now) {
 			gone = append(gone, id)
 		}
@@ -401,16 +421,12 @@ func (t *PeerTable) Expire() int {
 	if len(gone) == 0 {
 		return 0
 	}
-	next := &tableState{byID: make(map[peer.ID]*PeerInfo, len(cur.byID))}
-	for k, v := range cur.byID {
-		next.byID[k] = v
-	}
 	for _, id := range gone {
-		t.tombstones[id] = tombstone{seq: next.byID[id].Data.Sequence, until: now.Add(tombstoneFactor * t.ttl)}
-		delete(next.byID, id)
+		t.tombstones[id] = tombstone{seq: t.byID[id].Data.Sequence, until: now.Add(tombstoneFactor * t.ttl)}
+		delete(t.byID, id)
 		t.log.WithField("peer", id.String()).Debug("peer expired: no newer nodedata within the record TTL")
 	}
-	t.publishLocked(next)
+	t.publishLocked()
 	return len(gone)
 }
 
@@ -422,8 +438,10 @@ func (t *PeerTable) Changed() <-chan struct{} {
 	return t.changed
 }
 
-func (t *PeerTable) publishLocked(next *tableState) {
-	t.state.Store(next)
+// publishLocked tells readers the table changed: the snapshot is made again
+// by the next reader, and Changed's channel is closed.
+func (t *PeerTable) publishLocked() {
+	t.snap.Store(nil)
 	close(t.changed)
 	t.changed = make(chan struct{})
 }

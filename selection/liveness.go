@@ -85,6 +85,9 @@ func (h *health) load() State { return State(h.state.Load()) }
 type Liveness struct {
 	cfg   config.LivenessConfig
 	clock Clock
+	// seed spreads the first polls of new peers (see firstPoll); the
+	// Selector sets it from its own.
+	seed uint64
 
 	mu    sync.Mutex
 	peers map[string]*health
@@ -125,10 +128,30 @@ func (l *Liveness) handle(id string) *health {
 func (l *Liveness) handleLocked(id string) *health {
 	h := l.peers[id]
 	if h == nil {
-		h = &health{}
+		h = &health{lastPoll: l.firstPoll(id)}
 		l.peers[id] = h
 	}
 	return h
+}
+
+// firstPoll returns the last-poll time a new peer starts with, so that its
+// first poll is due at a point of the next poll-interval drawn from the
+// seed and the peer: the dispatchers that learn of a newcomer at the same
+// moment do not all dial it at once. A new peer is alive until it fails
+// (an attempt that cannot reach it counts at once), so nothing waits on
+// that first poll.
+func (l *Liveness) firstPoll(id string) time.Time {
+	now := l.clock.Now()
+	iv := l.cfg.PollInterval
+	if iv <= 0 {
+		return now
+	}
+	h := l.seed
+	for i := 0; i < len(id); i++ { // FNV-1a over the ID, mixed with the seed
+		h ^= uint64(id[i])
+		h *= 0x100000001b3
+	}
+	return now.Add(time.Duration(splitmix(h)%uint64(iv)) - iv)
 }
 
 // retain forgets every peer not in keep.

@@ -2,6 +2,7 @@ package selection
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -196,5 +197,56 @@ func TestLiveness_UnreachableNotSelected(t *testing.T) {
 	p2.Report(mustNext(t, p2), Unreachable, 0)
 	if got := s.Liveness().State("b"); got != StateUnreachable {
 		t.Fatalf("two unreachable attempts: state %s, want unreachable", got)
+	}
+}
+
+// The first polls of new peers are spread over one poll-interval, and two
+// nodes (two seeds) poll the same newcomer at different moments: nodes that
+// learn of a peer together do not all dial it at once.
+func TestLiveness_FirstPollsSpreadOverAnInterval(t *testing.T) {
+	const n = 200
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("peer-%d", i)
+	}
+	firstDue := func(seed uint64) map[string]int {
+		l, clk := newLiveness(t, 3, 0)
+		l.seed = seed
+		l.handles(ids)
+		at := map[string]int{} // the 100ms step in which each peer fell due
+		for step := range 11 {
+			for _, id := range l.Due() {
+				if _, ok := at[id]; !ok {
+					at[id] = step
+				}
+			}
+			clk.Advance(100 * time.Millisecond)
+		}
+		return at
+	}
+	a, b := firstDue(1), firstDue(2)
+	if len(a) != n {
+		t.Fatalf("%d of %d new peers fell due within one poll-interval", len(a), n)
+	}
+	perStep := make([]int, 11)
+	for _, s := range a {
+		perStep[s]++
+	}
+	for s := 1; s <= 10; s++ {
+		// A peer falls due at the first step at or after its offset.
+		// Spread evenly, each 100ms step holds about 20; far from it
+		// means they are bunched.
+		if perStep[s] < 5 || perStep[s] > 45 {
+			t.Fatalf("first polls per 100ms step of the interval: %v; want them spread", perStep)
+		}
+	}
+	same := 0
+	for _, id := range ids {
+		if a[id] == b[id] {
+			same++
+		}
+	}
+	if same > n/4 {
+		t.Fatalf("two seeds put %d of %d first polls in the same 100ms step", same, n)
 	}
 }

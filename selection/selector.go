@@ -135,6 +135,7 @@ func New(cfg config.Config, opts ...Option) (*Selector, error) {
 	if err != nil {
 		return nil, err
 	}
+	live.seed = s.seed
 	s.live = live
 	s.snap.Store(&snapshot{types: map[string]*typeView{}})
 	return s, nil

@@ -3,6 +3,7 @@ package tests
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -159,8 +160,12 @@ func startMember(t testing.TB, hits *hitCounter, spec memberSpec, boot *member) 
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Each member's random choices repeat from run to run (its name seeds
+	// them) and differ from the other members', as nodes' do.
+	seed := fnv.New64a()
+	seed.Write([]byte(spec.name))
 	disp, err := workers.NewDispatcher(cfg, n, pool, workers.WithDispatchLogger(testLogger()),
-		workers.WithSelectionOptions(selection.WithSeed(1)))
+		workers.WithSelectionOptions(selection.WithSeed(seed.Sum64())))
 	if err != nil {
 		t.Fatal(err)
 	}

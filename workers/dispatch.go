@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -146,7 +147,12 @@ func NewDispatcher(cfg config.Config, n *node.Node, pool *Pool, opts ...Dispatch
 			return nil, err
 		}
 	}
-	sel, err := selection.New(cfg, o.selOpts...)
+	// Each node draws its own random choices (rating-spread, random mode,
+	// when it first polls a new peer): seeded from its peer ID, so that
+	// nodes do not all choose alike. WithSelectionOptions may override it.
+	seed := fnv.New64a()
+	seed.Write([]byte(n.ID()))
+	sel, err := selection.New(cfg, append([]selection.Option{selection.WithSeed(seed.Sum64())}, o.selOpts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("dispatcher: %w", err)
 	}

@@ -201,7 +201,9 @@ func (d *Dispatcher) Dispatch(ctx context.Context, req WorkRequest) WorkResult {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 
-	sreq := selection.Request{WorkType: req.Type, Labels: req.Labels, Idempotent: idempotent(&req)}
+	// Only hedging asks whether the request is idempotent (for jsonrpc
+	// that reads the payload).
+	sreq := selection.Request{WorkType: req.Type, Labels: req.Labels, Idempotent: d.cfg.Hedge.MaxCount > 0 && idempotent(&req)}
 	if req.MinHead != nil {
 		sreq.MinHead, sreq.HasMinHead = *req.MinHead, true
 	}

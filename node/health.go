@@ -134,6 +134,10 @@ func (n *Node) Ping(ctx context.Context, p peer.ID) (time.Duration, HealthAnswer
 	if err != nil {
 		return 0, HealthAnswer{}, fmt.Errorf("health ping %s: open stream: %w", p, err)
 	}
+	// The stream deadline below bounds the exchange on QUIC and TCP; the
+	// reset bounds it where a transport ignores deadlines (the in-memory
+	// mock network), so that a ping never outlives its context.
+	defer context.AfterFunc(ctx, func() { s.Reset() })()
 	var ans HealthAnswer
 	err = func() error {
 		if err := s.Scope().SetService(healthService); err != nil {
@@ -275,6 +279,9 @@ func (n *Node) exchangeNodeData(ctx context.Context, p peer.ID, req nodedataRequ
 	if err != nil {
 		return 0, fmt.Errorf("nodedata from %s: open stream: %w", p, err)
 	}
+	// As in Ping: the deadline bounds the exchange, and the reset bounds it
+	// where the transport ignores deadlines.
+	defer context.AfterFunc(ctx, func() { s.Reset() })()
 	changed := 0
 	err = func() error {
 		if err := s.Scope().SetService(nodedataService); err != nil {

@@ -85,6 +85,9 @@ type options struct {
 	apiToken string
 	// faultsView reports the fault injection settings for /v1/info.
 	faultsView func() any
+	// host, when set, is the libp2p host the node runs on instead of one
+	// of its own; see WithHost.
+	host host.Host
 }
 
 // WithLogger sets the logger; the default is the standard logrus logger.
@@ -188,6 +191,28 @@ func WithAPIHandler(pattern string, h http.Handler) Option {
 	}
 }
 
+// WithHost runs the node on h instead of a host of its own, so that a test
+// can put many nodes on an in-memory network (go-libp2p's mocknet) or a
+// program can share a host it built. The node signs its records with h's
+// key, which must be in h's peerstore (WithIdentity, when also given, must
+// be that key), advertises h's addresses and ignores cfg.Listen. The
+// workmesh stream limits of the node's own host are not applied: h's
+// resource manager is the caller's choice.
+//
+// The caller keeps ownership of h: Node.Close stops everything the node
+// started on it (DHT, gossip, its protocol handlers) and leaves h open; the
+// caller closes h, after the node or before it (a node on a closed host
+// still closes, its streams failing at once).
+func WithHost(h host.Host) Option {
+	return func(o *options) error {
+		if h == nil {
+			return errors.New("node: nil host")
+		}
+		o.host = h
+		return nil
+	}
+}
+
 // WithGossipSubOptions passes options through to gossipsub.
 func WithGossipSubOptions(opts ...lpubsub.Option) Option {
 	return func(o *options) error {
@@ -245,10 +270,14 @@ type Node struct {
 	faultsView func() any
 	start      time.Time
 
-	host   host.Host
-	dht    *dht.IpfsDHT
-	gossip *pubsub.Announcer
-	table  *PeerTable
+	host host.Host
+	// ownsHost is false on a host given with WithHost: Close then leaves
+	// it open and only removes the handlers in added.
+	ownsHost bool
+	added    []protocol.ID
+	dht      *dht.IpfsDHT
+	gossip   *pubsub.Announcer
+	table    *PeerTable
 
 	mux   *http.ServeMux
 	api   *http.Server
@@ -337,31 +366,49 @@ func New(ctx context.Context, cfg config.NodeConfig, opts ...Option) (*Node, err
 	if err != nil {
 		return nil, fmt.Errorf("node: %w", err)
 	}
-	listen, err := ParseListen(cfg.Listen)
-	if err != nil {
-		return nil, fmt.Errorf("node: %w", err)
-	}
-	key := o.key
-	if key == nil {
-		dir, err := DataDir(cfg.DataDir)
-		if err != nil {
+	var listen []ma.Multiaddr
+	key, h := o.key, o.host
+	if h != nil {
+		hk := h.Peerstore().PrivKey(h.ID())
+		if hk == nil {
+			return nil, fmt.Errorf("node: the given host's peerstore holds no private key for %s", h.ID())
+		}
+		if key != nil && !key.Equals(hk) {
+			return nil, fmt.Errorf("node: the identity key is not the given host's (%s)", h.ID())
+		}
+		key = hk
+	} else {
+		if listen, err = ParseListen(cfg.Listen); err != nil {
 			return nil, fmt.Errorf("node: %w", err)
 		}
-		if key, err = LoadOrCreateIdentity(dir); err != nil {
-			return nil, fmt.Errorf("node: %w", err)
+		if key == nil {
+			dir, err := DataDir(cfg.DataDir)
+			if err != nil {
+				return nil, fmt.Errorf("node: %w", err)
+			}
+			if key, err = LoadOrCreateIdentity(dir); err != nil {
+				return nil, fmt.Errorf("node: %w", err)
+			}
 		}
 	}
 
 	if err := CheckAPIExposure(cfg.API, o.apiToken); err != nil {
 		return nil, fmt.Errorf("node: %w", err)
 	}
-	var bsAddrs []ma.Multiaddr
-	for _, ai := range bootstrap {
-		bsAddrs = append(bsAddrs, ai.Addrs...)
-	}
-	h, err := newHost(key, cfg.Network, o.version, listen, usesTCP(listen, bsAddrs))
-	if err != nil {
-		return nil, fmt.Errorf("node: %w", err)
+	// On a borrowed host, note the protocols it serves already, so that
+	// Close removes exactly the handlers this node (with its DHT and
+	// gossipsub) added.
+	var hostProtocols []protocol.ID
+	if h != nil {
+		hostProtocols = h.Mux().Protocols()
+	} else {
+		var bsAddrs []ma.Multiaddr
+		for _, ai := range bootstrap {
+			bsAddrs = append(bsAddrs, ai.Addrs...)
+		}
+		if h, err = newHost(key, cfg.Network, o.version, listen, usesTCP(listen, bsAddrs)); err != nil {
+			return nil, fmt.Errorf("node: %w", err)
+		}
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	n := &Node{
@@ -375,6 +422,7 @@ func New(ctx context.Context, cfg config.NodeConfig, opts ...Option) (*Node, err
 		faultsView:  o.faultsView,
 		start:       time.Now(),
 		host:        h,
+		ownsHost:    o.host == nil,
 		mux:         http.NewServeMux(),
 		workTypes:   slices.Clone(cfg.WorkTypes),
 		bootstrap:   bootstrap,
@@ -388,6 +436,7 @@ func New(ctx context.Context, cfg config.NodeConfig, opts ...Option) (*Node, err
 	}
 	n.table = NewPeerTable(PeerTableConfig{Self: h.ID(), Network: cfg.Network, TTL: cfg.RecordTTL, Clock: o.clock, Logger: o.log})
 	fail := func(err error) (*Node, error) {
+		n.claimProtocols(hostProtocols)
 		n.Close()
 		return nil, err
 	}
@@ -435,6 +484,7 @@ func New(ctx context.Context, cfg config.NodeConfig, opts ...Option) (*Node, err
 	if err != nil {
 		return fail(fmt.Errorf("node: dht: %w", err))
 	}
+	n.claimProtocols(hostProtocols)
 
 	n.routes()
 	for _, ah := range o.handlers {
@@ -983,8 +1033,24 @@ func (n *Node) FindWorkers(ctx context.Context, workType string) ([]NodeData, er
 	return out, nil
 }
 
+// claimProtocols records, on a borrowed host, the protocols the node added
+// to those the host served before (before), for Close to remove.
+func (n *Node) claimProtocols(before []protocol.ID) {
+	if n.ownsHost {
+		return
+	}
+	n.added = n.added[:0]
+	for _, p := range n.host.Mux().Protocols() {
+		if !slices.Contains(before, p) {
+			n.added = append(n.added, p)
+		}
+	}
+}
+
 // Close stops the node: the API, gossip, the DHT, every background goroutine
-// and the host. It is safe to call more than once.
+// and the host when the node made it (a host given with WithHost is left
+// open, without the node's protocol handlers). It is safe to call more than
+// once.
 func (n *Node) Close() error {
 	n.closeOnce.Do(func() {
 		n.cancel()
@@ -1005,8 +1071,14 @@ func (n *Node) Close() error {
 				errs = append(errs, fmt.Errorf("dht: %w", err))
 			}
 		}
-		if err := n.host.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("host: %w", err))
+		if n.ownsHost {
+			if err := n.host.Close(); err != nil {
+				errs = append(errs, fmt.Errorf("host: %w", err))
+			}
+		} else {
+			for _, p := range n.added {
+				n.host.RemoveStreamHandler(p)
+			}
 		}
 		n.closeErr = errors.Join(errs...)
 		if n.closeErr != nil {

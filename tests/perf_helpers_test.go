@@ -159,10 +159,10 @@ func reportFigure(b *testing.B, workmesh, baseline float64, unit string, ratio f
 }
 
 // startWorker starts a worker-only member: node, local worker and work
-// protocol server, no dispatcher. Scale runs use it for the nodes that only
-// serve, so that the process does not run (and poll from) hundreds of
-// dispatchers that stand for other machines.
-func startWorker(tb testing.TB, name string, handlers map[string]workers.Handler, boot *member) *member {
+// protocol server, no dispatcher; opts are added to the node's. Scale runs
+// use it for the nodes that only serve, so that the process does not run
+// (and poll from) hundreds of dispatchers that stand for other machines.
+func startWorker(tb testing.TB, name string, handlers map[string]workers.Handler, boot *member, opts ...node.Option) *member {
 	tb.Helper()
 	cfg := testDispatchConfig(tb)
 	productionSettings(&cfg)
@@ -181,7 +181,7 @@ func startWorker(tb testing.TB, name string, handlers map[string]workers.Handler
 	if err != nil {
 		tb.Fatal(err)
 	}
-	n := startNode(tb, cfg.Node, node.WithLocalState(workers.NewLocalState(pool)))
+	n := startNode(tb, cfg.Node, append([]node.Option{node.WithLocalState(workers.NewLocalState(pool))}, opts...)...)
 	server, err := workers.NewServer(n.Host(), n.Network(), pool, workers.WithServerLogger(testLogger()))
 	if err != nil {
 		tb.Fatal(err)

@@ -3,6 +3,7 @@ package tests
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"fmt"
 	"os"
 	"strconv"
@@ -12,6 +13,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/host"
+	mocknet "github.com/libp2p/go-libp2p/p2p/net/mock"
+	ma "github.com/multiformats/go-multiaddr"
+
+	"github.com/workmesh/workmesh/node"
 	"github.com/workmesh/workmesh/selection"
 	"github.com/workmesh/workmesh/workers"
 )
@@ -26,55 +33,151 @@ func cpuTime(tb testing.TB) time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// BenchmarkPerfScale is the scaling run: a network of 50, then 100 nodes on
-// loopback in this one process, 20 of them dispatching concurrently (one
-// caller each, closed loop, echo, shipped settings) to the others, which
-// only serve. WORKMESH_SCALE_NODES overrides the sizes ("50,200"). It
-// reports requests per second and the p99 latency at each size, the CPU the
-// idle network burns just before the load starts (background-cores: every
-// node shares this machine's cores, and on two of them 100 nodes saturate
-// it before any request is sent), and the share of workers the dispatchers
-// ranked alive when the load started (converged-%). The load starts once
-// every dispatcher ranks 95% of the workers alive (or after 45s regardless)
-// and the idle network burns less than one core (or after 30s more
-// regardless). go-libp2p's in-memory mock network cannot carry these nodes:
-// node.New builds its own host, with no way to hand it one from mocknet.
-func BenchmarkPerfScale(b *testing.B) {
-	sizes := []int{50, 100}
-	if env := os.Getenv("WORKMESH_SCALE_NODES"); env != "" {
-		sizes = nil
-		for _, f := range strings.Split(env, ",") {
-			n, err := strconv.Atoi(strings.TrimSpace(f))
-			if err != nil || n <= 20 {
-				b.Fatalf("WORKMESH_SCALE_NODES=%q: want sizes above 20, comma-separated", env)
-			}
-			sizes = append(sizes, n)
+// mockHosts starts n hosts on one new in-memory mock network and links the
+// pairs for which linked(i, j) (i < j) holds: a link is what lets two
+// mocknet hosts connect at all; without one, a dial fails at once. Each host
+// has an Ed25519 key, as a workmesh node has, so that signing and checking
+// records costs what it costs in production. It returns the hosts and a
+// function that closes the mock network with every host; it also runs when
+// the benchmark ends.
+func mockHosts(tb testing.TB, n int, linked func(i, j int) bool) ([]host.Host, func()) {
+	tb.Helper()
+	mn := mocknet.New()
+	var once sync.Once
+	closeNet := func() { once.Do(func() { mn.Close() }) }
+	tb.Cleanup(closeNet)
+	hosts := make([]host.Host, n)
+	for i := range hosts {
+		key, _, err := crypto.GenerateEd25519Key(rand.Reader)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		// An address in 100::/64, the discard-only prefix: mocknet only
+		// names peers by it and never sends anything there.
+		addr, err := ma.NewMultiaddr(fmt.Sprintf("/ip6/100::%x:%x/tcp/4242", i>>16, i&0xffff))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if hosts[i], err = mn.AddPeer(key, addr); err != nil {
+			tb.Fatal(err)
 		}
 	}
-	for _, n := range sizes {
+	for i := range hosts {
+		for j := i + 1; j < n; j++ {
+			if !linked(i, j) {
+				continue
+			}
+			if _, err := mn.LinkPeers(hosts[i].ID(), hosts[j].ID()); err != nil {
+				tb.Fatal(err)
+			}
+		}
+	}
+	return hosts, closeNet
+}
+
+// scaleLinks is the topology of a scaling run, hosts 0 to
+// scaleDispatchers-1 being the dispatchers: a dispatcher can reach every
+// node (it dispatches to all of them), and a worker can reach the
+// dispatchers and its scaleWorkerLinks nearest workers on a ring. Workers
+// thus gossip among themselves too, but the network is not a full mesh,
+// which on mocknet (two goroutines per stream end, every stream handed over
+// synchronously) costs more memory and scheduling at 200 nodes than the
+// two cores have: see BenchmarkPerfScale.
+func scaleLinks(total int) func(i, j int) bool {
+	workers := total - scaleDispatchers
+	return func(i, j int) bool {
+		if i < scaleDispatchers || j < scaleDispatchers {
+			return true
+		}
+		d := j - i // j > i
+		return min(d, workers-d) <= scaleWorkerLinks/2
+	}
+}
+
+// scaleWorkerLinks is how many other workers a worker of a scaling run can
+// reach.
+const scaleWorkerLinks = 8
+
+// scaleSizes are the network sizes of BenchmarkPerfScale, overridden by
+// WORKMESH_SCALE_NODES ("50,200").
+func scaleSizes(tb testing.TB) []int {
+	env := os.Getenv("WORKMESH_SCALE_NODES")
+	if env == "" {
+		return []int{50, 100, 200}
+	}
+	var sizes []int
+	for _, f := range strings.Split(env, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= scaleDispatchers {
+			tb.Fatalf("WORKMESH_SCALE_NODES=%q: want sizes above %d, comma-separated", env, scaleDispatchers)
+		}
+		sizes = append(sizes, n)
+	}
+	return sizes
+}
+
+// scaleDispatchers is how many nodes of a scaling run dispatch.
+const scaleDispatchers = 20
+
+// BenchmarkPerfScale is the scaling run of issue 6: networks of 50, 100 and
+// 200 workmesh nodes on go-libp2p's in-memory mock network (mocknet), all
+// in this one process, 20 of them dispatching concurrently (one caller
+// each, closed loop, echo through workers.Dispatcher with real selection,
+// shipped settings) to the others, which only serve. Every node runs the
+// whole node (DHT, gossip, peer table, health, work protocol) on a mocknet
+// host handed to node.New with node.WithHost. The topology is
+// scaleLinks: dispatchers reach every node, workers the dispatchers and 8
+// other workers. WORKMESH_SCALE_NODES overrides the sizes ("50,200").
+//
+// Per size it reports requests per second (req/s), the p99 and p50 latency,
+// failed requests, the CPU the idle network burns just before the load
+// (background-cores) and the share of workers the dispatchers ranked alive
+// when the load started (converged-%). The load starts once every
+// dispatcher ranks 95% of the workers alive (or after 45s regardless) and
+// the idle network burns less than one core (or after 20s more
+// regardless); it is bounded at 20,000 requests and 10s, plus the 5s
+// request timeout of the calls in flight when the 10s pass.
+//
+// Open: at 200 nodes the run does not finish yet (in one run on a quiet
+// machine it was still going after nine minutes, without reaching the load
+// phase's report); make bench runs 50 and 100 until that is found.
+func BenchmarkPerfScale(b *testing.B) {
+	for _, n := range scaleSizes(b) {
 		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) { benchScale(b, n) })
 	}
 }
 
 func benchScale(b *testing.B, total int) {
 	const (
-		dispatchers = 20
-		count       = 20000
-		limit       = 10 * time.Second
+		count = 20000
+		limit = 10 * time.Second
 	)
 	start := time.Now()
+	hosts, closeNet := mockHosts(b, total, scaleLinks(total))
 	hits := newHitCounter()
-	gws := make([]*member, dispatchers)
-	gws[0] = startMember(b, hits, memberSpec{name: "g0", cfg: productionSettings}, nil)
-	for i := 1; i < dispatchers; i++ {
-		gws[i] = startMember(b, hits, memberSpec{name: fmt.Sprintf("g%d", i), cfg: productionSettings}, gws[0])
+	gws := make([]*member, scaleDispatchers)
+	for i := range gws {
+		var boot *member
+		if i > 0 {
+			boot = gws[0]
+		}
+		gws[i] = startMember(b, hits, memberSpec{
+			name: fmt.Sprintf("g%d", i), cfg: productionSettings,
+			opts: []node.Option{node.WithHost(hosts[i])},
+		}, boot)
 	}
 	// Workers join through a few different nodes, so that no single node
 	// answers every newcomer's first sync.
-	ws := make([]*member, total-dispatchers)
+	ws := make([]*member, total-scaleDispatchers)
 	for i := range ws {
-		ws[i] = startWorker(b, fmt.Sprintf("w%d", i), map[string]workers.Handler{"echo": echoHandler()}, gws[i%4])
+		ws[i] = startWorker(b, fmt.Sprintf("w%d", i), map[string]workers.Handler{"echo": echoHandler()}, gws[i%4],
+			node.WithHost(hosts[scaleDispatchers+i]))
 	}
+	// The hosts close before the nodes (cleanups run last-registered
+	// first): mocknet streams ignore deadlines, so a node closing while
+	// its peers' nodes are gone but their hosts still up could wait on a
+	// stream nobody reads; closed hosts reset every stream instead.
+	b.Cleanup(closeNet)
 	started := time.Since(start)
 	aliveShare := func() float64 { // the lowest share of workers a dispatcher ranks alive
 		low := 1.0
@@ -89,23 +192,28 @@ func benchScale(b *testing.B, total int) {
 		}
 		return low
 	}
-	deadline := time.Now().Add(45 * time.Second)
-	for aliveShare() < 0.95 && time.Now().Before(deadline) {
-		time.Sleep(100 * time.Millisecond)
-	}
-	converged, share := time.Since(start), aliveShare()
-	// A network that just formed is busy (routing-table refreshes, first
-	// syncs and polls): let it settle below one core, for at most 30s, and
-	// report what it burns in the last two seconds before the load.
-	var background float64
-	for settle := time.Now(); ; {
-		cpu0, t0 := cpuTime(b), time.Now()
-		time.Sleep(2 * time.Second)
-		background = float64(cpuTime(b)-cpu0) / float64(time.Since(t0))
-		if background < 1 || time.Since(settle) > 30*time.Second {
-			break
+	// A worker turns alive in a dispatcher's ranking after its first good
+	// health polls, which change no peer table: check on a short tick.
+	share := aliveShare()
+	tick := time.NewTicker(100 * time.Millisecond)
+	deadline := time.NewTimer(45 * time.Second)
+wait:
+	for share < 0.95 {
+		select {
+		case <-tick.C:
+			share = aliveShare()
+		case <-deadline.C:
+			break wait
 		}
 	}
+	tick.Stop()
+	deadline.Stop()
+	converged := time.Since(start)
+	// A network that just formed is busy (routing-table refreshes, first
+	// syncs and polls): let it settle below one core, for at most 20s, and
+	// report what it burns in the last two-second window before the load.
+	background := idleCores(b, 20*time.Second)
+	settled := time.Since(start)
 
 	req := workers.WorkRequest{Type: "echo", Payload: bytes.Repeat([]byte("x"), 256), Timeout: 5 * time.Second}
 	var res phaseResult
@@ -116,9 +224,8 @@ func benchScale(b *testing.B, total int) {
 			first  string
 		)
 		// Caller i dispatches through gateway i.
-		res = closedLoop(dispatchers, count, limit, func(ctx context.Context, i int) error {
-			gw := gws[i]
-			r := gw.disp.Dispatch(ctx, req)
+		res = closedLoop(scaleDispatchers, count, limit, func(ctx context.Context, i int) error {
+			r := gws[i].disp.Dispatch(ctx, req)
 			if r.Status != workers.StatusOK || r.Worker == workers.LocalWorker {
 				mu.Lock()
 				failed++
@@ -141,7 +248,24 @@ func benchScale(b *testing.B, total int) {
 	b.ReportMetric(float64(res.failed), "failed")
 	b.ReportMetric(background, "background-cores")
 	b.ReportMetric(100*share, "converged-%")
-	b.Logf("%d nodes (%d dispatching, %d serving): started in %s; after %s the dispatchers ranked at least %.0f%% of the workers alive; idle network %.2f cores after %s; %d requests in %s: %.0f req/s, p50 %s, p99 %s, %d failed",
-		total, dispatchers, len(ws), started.Round(time.Millisecond), converged.Round(time.Millisecond), 100*share, background, time.Since(start).Round(time.Second),
+	b.Logf("%d nodes on mocknet (%d dispatching, %d serving): started in %s; after %s the dispatchers ranked at least %.0f%% of the workers alive; idle network %.2f cores after %s; %d requests in %s: %.0f req/s, p50 %s, p99 %s, %d failed",
+		total, scaleDispatchers, len(ws), started.Round(time.Millisecond), converged.Round(time.Millisecond), 100*share, background, settled.Round(time.Second),
 		res.ok, res.elapsed.Round(time.Millisecond), res.rate(), percentile(res.lat, 50), p99, res.failed)
+}
+
+// idleCores measures the CPU the process burns, in cores, over two-second
+// windows until one stays below one core or settle has passed, and returns
+// the last window's figure.
+func idleCores(tb testing.TB, settle time.Duration) float64 {
+	tb.Helper()
+	const window = 2 * time.Second
+	until := time.Now().Add(settle)
+	for {
+		cpu0, t0 := cpuTime(tb), time.Now()
+		<-time.After(window) // the measurement window itself, not a wait for a condition
+		cores := float64(cpuTime(tb)-cpu0) / float64(time.Since(t0))
+		if cores < 1 || time.Now().After(until) {
+			return cores
+		}
+	}
 }

@@ -19,6 +19,7 @@ import (
 	"math"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -38,6 +39,10 @@ type figure struct {
 	// the largest network size run with the smallest, and name is a
 	// format taking the two sizes.
 	scale string
+	// perSize, when set, is a metric of the scaling run reported as is,
+	// one row per network size run (smallest first); name is a format
+	// taking the size.
+	perSize string
 }
 
 // source is one metric of one benchmark.
@@ -136,9 +141,11 @@ var figures = []figure{
 		unit:     "MiB", goal: "<= +16 MiB",
 		met: func(r row) bool { return *r.Workmesh-*r.Baseline <= 16 },
 	},
-	{name: "scaling: requests/s, %d vs %d nodes, 20 dispatching", scale: "req/s", unit: "req/s", goal: "(reported)"},
-	{name: "scaling: p99, %d vs %d nodes, 20 dispatching", scale: "p99-ms", unit: "ms", goal: "(reported)"},
-	{name: "scaling: idle network CPU, %d vs %d nodes", scale: "background-cores", unit: "cores", goal: "(reported)"},
+	{name: "scaling: requests/s at %d nodes, 20 dispatching (mocknet)", perSize: "req/s", unit: "req/s", goal: "(reported)"},
+	{name: "scaling: p99 at %d nodes, 20 dispatching (mocknet)", perSize: "p99-ms", unit: "ms", goal: "(reported)"},
+	{name: "scaling: requests/s, %d vs %d nodes, 20 dispatching (mocknet)", scale: "req/s", unit: "req/s", goal: "(reported)"},
+	{name: "scaling: p99, %d vs %d nodes, 20 dispatching (mocknet)", scale: "p99-ms", unit: "ms", goal: "(reported)"},
+	{name: "scaling: idle network CPU, %d vs %d nodes (mocknet)", scale: "background-cores", unit: "cores", goal: "(reported)"},
 }
 
 // benchLine matches a result line: name, iterations, then value/unit pairs.
@@ -175,20 +182,31 @@ func parse(r io.Reader) (map[string]map[string]float64, []string, error) {
 	return results, failed, sc.Err()
 }
 
+// scalePrefix names the sub-benchmarks of the scaling run, one per size.
+const scalePrefix = "BenchmarkPerfScale/nodes="
+
+// scaleSizes returns the network sizes the scaling run reported, smallest
+// first.
+func scaleSizes(results map[string]map[string]float64) []int {
+	var sizes []int
+	for name := range results {
+		n, err := strconv.Atoi(strings.TrimPrefix(name, scalePrefix))
+		if !strings.HasPrefix(name, scalePrefix) || err != nil {
+			continue
+		}
+		sizes = append(sizes, n)
+	}
+	slices.Sort(sizes)
+	return sizes
+}
+
 // scaleSources returns the scaling run's largest and smallest sizes as
 // sources of metric, and the figure's name with the sizes in it.
 func scaleSources(results map[string]map[string]float64, f figure) (figure, bool) {
-	const prefix = "BenchmarkPerfScale/nodes="
+	prefix := scalePrefix
 	lo, hi := 0, 0
-	for name := range results {
-		n, err := strconv.Atoi(strings.TrimPrefix(name, prefix))
-		if !strings.HasPrefix(name, prefix) || err != nil {
-			continue
-		}
-		if lo == 0 || n < lo {
-			lo = n
-		}
-		hi = max(hi, n)
+	if sizes := scaleSizes(results); len(sizes) > 0 {
+		lo, hi = sizes[0], sizes[len(sizes)-1]
 	}
 	if lo == 0 || lo == hi {
 		f.name = fmt.Sprintf(f.name, 200, 50)
@@ -209,6 +227,10 @@ func lookup(results map[string]map[string]float64, s source) (float64, bool) {
 // made.
 func build(results map[string]map[string]float64) (rows []row, missing []string) {
 	for _, f := range figures {
+		if f.perSize != "" {
+			rows, missing = sizeRows(results, f, rows, missing)
+			continue
+		}
 		if f.scale != "" {
 			f, _ = scaleSources(results, f)
 		}
@@ -235,6 +257,26 @@ func build(results map[string]map[string]float64) (rows []row, missing []string)
 		}
 		if f.met != nil && r.Ratio != nil {
 			r.Met = new(f.met(r))
+		}
+		rows = append(rows, r)
+	}
+	return rows, missing
+}
+
+// sizeRows appends one row of f per size of the scaling run, with no
+// baseline: the change between sizes is the scale figures' to show.
+func sizeRows(results map[string]map[string]float64, f figure, rows []row, missing []string) ([]row, []string) {
+	sizes := scaleSizes(results)
+	if len(sizes) == 0 {
+		name := fmt.Sprintf(f.name, 200)
+		return append(rows, row{Figure: name, Unit: f.unit, Goal: f.goal}), append(missing, name)
+	}
+	for _, n := range sizes {
+		r := row{Figure: fmt.Sprintf(f.name, n), Unit: f.unit, Goal: f.goal}
+		if v, ok := lookup(results, source{fmt.Sprint(scalePrefix, n), f.perSize}); ok {
+			r.Workmesh = new(round(v))
+		} else {
+			missing = append(missing, r.Figure)
 		}
 		rows = append(rows, r)
 	}

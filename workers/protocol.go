@@ -541,7 +541,13 @@ func (c *Client) Do(ctx context.Context, p peer.ID, req Request) (Response, erro
 	}
 	left := time.Until(deadline)
 	if left <= 0 || ctx.Err() != nil {
-		return Response{}, fmt.Errorf("work %s for %s: %w", req.Type, p, contextError(ctx))
+		err := contextError(ctx)
+		if err == nil {
+			// The deadline has passed but the context's timer has not
+			// fired yet.
+			err = context.DeadlineExceeded
+		}
+		return Response{}, fmt.Errorf("work %s for %s: %w", req.Type, p, err)
 	}
 	if req.Timeout <= 0 || req.Timeout > left {
 		req.Timeout = left

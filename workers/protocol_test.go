@@ -441,3 +441,21 @@ func TestProtocol_ServerCloseCancelsWork(t *testing.T) {
 		t.Error("a call after Close succeeded")
 	}
 }
+
+// passedDeadline is a context whose deadline has passed while its timer has
+// not fired yet: Err is still nil.
+type passedDeadline struct{ context.Context }
+
+func (passedDeadline) Deadline() (time.Time, bool) { return time.Now().Add(-time.Millisecond), true }
+
+// A call whose deadline has passed before its context says so ends with
+// context.DeadlineExceeded, not with a nil cause in its message.
+func TestClientDeadlinePassedBeforeContextEnds(t *testing.T) {
+	h := newHost(t)
+	c, err := NewClient(h, testNetwork)
+	must(t, err)
+	_, err = c.Do(passedDeadline{context.Background()}, h.ID(), Request{ID: "r1", Type: "echo", Payload: []byte("x")})
+	if !errors.Is(err, context.DeadlineExceeded) || strings.Contains(err.Error(), "%!") {
+		t.Fatalf("err %v; want context.DeadlineExceeded and a readable message", err)
+	}
+}

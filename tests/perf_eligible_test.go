@@ -15,9 +15,11 @@ import (
 )
 
 // awaitEligible waits until every gateway's selector ranks id alive for
-// workType and returns the time the last one did. A gateway is checked on
-// every change of its peer table and then every millisecond, because the
-// selector takes the table's changes on its own tick.
+// workType and returns the time the last one did. A gateway is checked at
+// every new ranking it publishes (a new peer is ranked as its dispatcher
+// syncs the peer table), and every 20ms for a change of liveness alone,
+// which publishes none; waiting on events rather than polling keeps the
+// measurement from competing for the CPU with what it measures.
 func awaitEligible(ctx context.Context, gws []*member, workType string, id peer.ID) (time.Time, error) {
 	var (
 		mu   sync.Mutex
@@ -27,11 +29,12 @@ func awaitEligible(ctx context.Context, gws []*member, workType string, id peer.
 	)
 	for i, gw := range gws {
 		wg.Go(func() {
-			tick := time.NewTicker(time.Millisecond)
+			tick := time.NewTicker(20 * time.Millisecond)
 			defer tick.Stop()
+			sel := gw.disp.Selector()
 			for {
-				ch := gw.node.Peers().Changed()
-				if slices.ContainsFunc(gw.disp.Selector().Ranking(workType), func(r selection.Ranked) bool {
+				ch := sel.Changed()
+				if slices.ContainsFunc(sel.Ranking(workType), func(r selection.Ranked) bool {
 					return r.Peer == string(id) && r.State == selection.StateAlive
 				}) {
 					now := time.Now()
@@ -42,16 +45,8 @@ func awaitEligible(ctx context.Context, gws []*member, workType string, id peer.
 					mu.Unlock()
 					return
 				}
-				if _, ok := gw.node.Peers().Get(id); !ok {
-					select { // not in the table yet: wait for a change
-					case <-ch:
-						continue
-					case <-ctx.Done():
-						errs[i] = fmt.Errorf("gateway %d: %w", i, ctx.Err())
-						return
-					}
-				}
 				select {
+				case <-ch:
 				case <-tick.C:
 				case <-ctx.Done():
 					errs[i] = fmt.Errorf("gateway %d: not eligible: %w", i, ctx.Err())

@@ -6,10 +6,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -40,10 +42,16 @@ type chainUpstream struct {
 	failEvery int64
 	// delay is added to every relayed request, as a real node takes time.
 	delay time.Duration
-	// greyPolls: while set, two of every three head polls fail with HTTP
+	// greyPolls: while set, a head poll fails with HTTP 500 with
+	// probability 2/3, drawn from a seeded sequence (not every third: the
+	// node's health answer is sampled by pings on a period of their own,
+	// and a fixed pattern could alias with it so that every ping saw a
+	// good poll).
 	// 500 (an upstream that turned grey: its node's health pings fail).
 	greyPolls atomic.Bool
 	headPolls atomic.Int64
+	greyMu    sync.Mutex
+	greyRand  *rand.Rand
 }
 
 func newChainUpstream(t testing.TB, name string, hits *hitCounter, setup func(*chainUpstream)) *chainUpstream {
@@ -55,6 +63,16 @@ func newChainUpstream(t testing.TB, name string, hits *hitCounter, setup func(*c
 	u.srv = httptest.NewServer(http.HandlerFunc(u.serve))
 	t.Cleanup(u.srv.Close)
 	return u
+}
+
+// greyDraw returns the next number of the grey sequence, in [0, 1).
+func (u *chainUpstream) greyDraw() float64 {
+	u.greyMu.Lock()
+	defer u.greyMu.Unlock()
+	if u.greyRand == nil {
+		u.greyRand = rand.New(rand.NewPCG(7, 11))
+	}
+	return u.greyRand.Float64()
 }
 
 type fakeCall struct {
@@ -85,7 +103,7 @@ func (u *chainUpstream) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	case "eth_blockNumber":
 		u.polls.Add(1)
-		if n := u.headPolls.Add(1); u.greyPolls.Load() && n%3 != 0 {
+		if u.headPolls.Add(1); u.greyPolls.Load() && u.greyDraw() < 2.0/3 {
 			http.Error(w, "upstream overloaded", http.StatusInternalServerError)
 			return
 		}

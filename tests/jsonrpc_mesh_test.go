@@ -170,8 +170,8 @@ func TestJSONRPC_GreyUpstreamStopsGettingWork(t *testing.T) {
 	t.Logf("grey upstream: %d hits in total, %d after the first %d requests", grey.relayed.Load(), hits.get("grey"), warmup)
 }
 
-// An upstream that turns grey (it fails two of three head polls and every
-// second request) makes its node fail its health pings, so the gateway's
+// An upstream that turns grey (two in three of its head polls fail, at
+// random) makes its node fail its health pings, so the gateway's
 // liveness marks that node unreachable, and no request reaches it while it
 // is out: the seed's polling rule, with the poll answered by the worker.
 func TestJSONRPC_GreyUpstreamEjectedByLiveness(t *testing.T) {

@@ -435,20 +435,6 @@ func New(ctx context.Context, cfg config.NodeConfig, opts ...Option) (*Node, err
 		cancel:      cancel,
 	}
 	n.table = NewPeerTable(PeerTableConfig{Self: h.ID(), Network: cfg.Network, TTL: cfg.RecordTTL, Clock: o.clock, Logger: o.log})
-	// Dial the bootstrap peers while the rest of the node is set up: the
-	// QUIC handshake is most of a join's first milliseconds, and
-	// bootstrapLoop's Connect then finds the connection made or joins the
-	// dial in progress. Handlers set after the connection reach the peer
-	// by identify push.
-	for _, ai := range bootstrap {
-		n.wg.Add(1)
-		go func() {
-			defer n.wg.Done()
-			dctx, dcancel := context.WithTimeout(ctx, bootstrapTimeout)
-			defer dcancel()
-			_ = h.Connect(dctx, ai) // errors are bootstrapLoop's to report
-		}()
-	}
 	fail := func(err error) (*Node, error) {
 		n.claimProtocols(hostProtocols)
 		n.Close()
@@ -465,6 +451,21 @@ func New(ctx context.Context, cfg config.NodeConfig, opts ...Option) (*Node, err
 	}
 	n.wg.Add(1)
 	go n.connectednessLoop(sub)
+	// Dial the bootstrap peers while the rest of the node is set up: the
+	// QUIC handshake is most of a join's first milliseconds, and
+	// bootstrapLoop's Connect then finds the connection made or joins the
+	// dial in progress. Handlers set after the connection reach the peer
+	// by identify push. It starts once connection events are watched, so
+	// the peer table sees this connection too.
+	for _, ai := range bootstrap {
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			dctx, dcancel := context.WithTimeout(ctx, bootstrapTimeout)
+			defer dcancel()
+			_ = h.Connect(dctx, ai) // errors are bootstrapLoop's to report
+		}()
+	}
 
 	// Records are entered by the verifier itself, the moment they are
 	// known good, rather than after gossipsub's delivery queue.

@@ -60,9 +60,6 @@ var ErrUnhealthy = errors.New("peer reports it cannot work")
 
 type healthRequest struct{}
 
-// errHealthFault is the reason a ping was dropped by fault injection.
-var errHealthFault = errors.New("health ping dropped by fault injection")
-
 type nodedataRequest struct {
 	// All asks for every fresh record the node holds, not only its own.
 	All bool `json:"all"`
@@ -102,13 +99,9 @@ func (n *Node) handleHealth(s network.Stream) {
 		n.log.WithField("peer", s.Conn().RemotePeer().String()).Debugf("health: bad request: %v", err)
 		return
 	}
-	if n.healthFault != nil && n.healthFault(s.Conn().RemotePeer()) {
-		err = errHealthFault
-		return
-	}
 	ans := n.healthAnswer()
-	if hr, ok := n.state.(HealthReporter); ok {
-		if herr := hr.Health(); errors.Is(herr, ErrHealthDropped) {
+	if n.healthCheck != nil {
+		if herr := n.healthCheck(s.Conn().RemotePeer()); errors.Is(herr, ErrHealthDropped) {
 			err = herr
 			return
 		} else if herr != nil {

@@ -8,9 +8,12 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
 )
 
-// sickState is a LocalState whose health is whatever err holds.
+// sickState is a LocalState with a health check whose answer is whatever
+// err holds.
 type sickState struct {
 	stubState
 	err atomic.Pointer[error]
@@ -30,7 +33,7 @@ func (s *sickState) set(err error) { s.err.Store(&err) }
 // the node answers normally again once its worker is well.
 func TestHealthPingCarriesWorkerHealth(t *testing.T) {
 	st := &sickState{}
-	a := startTestNode(t, testConfig(t), WithLocalState(st))
+	a := startTestNode(t, testConfig(t), WithLocalState(st), WithHealthCheck(func(peer.ID) error { return st.Health() }))
 	b := startTestNode(t, testConfig(t))
 	connect(t, b, a)
 	ping := func() (HealthAnswer, error) {

@@ -43,17 +43,8 @@ type LocalState interface {
 	Heads() map[string]uint64
 }
 
-// HealthReporter is a LocalState that can tell the local worker cannot work
-// now. A node whose state is one answers every health ping with the error
-// Health returns (the pinging peer counts a failed poll), or resets the ping
-// unanswered when the error wraps ErrHealthDropped. Health is called once
-// per ping and must be quick.
-type HealthReporter interface {
-	Health() error
-}
-
-// ErrHealthDropped, wrapped by a HealthReporter's error, makes the node drop
-// the ping unanswered rather than answer it as failing.
+// ErrHealthDropped, wrapped by a health check's error (WithHealthCheck),
+// makes the node drop the ping unanswered rather than answer it as failing.
 var ErrHealthDropped = errors.New("health ping dropped")
 
 type noState struct{}
@@ -78,9 +69,8 @@ type options struct {
 	key        crypto.PrivKey
 	handlers   []apiHandler
 	gossipOpts []lpubsub.Option
-	// healthFault, when set and returning true, makes the node drop a
-	// health ping unanswered (fault injection for resilience drills).
-	healthFault func(from peer.ID) bool
+	// healthCheck, when set, judges each health ping; see WithHealthCheck.
+	healthCheck func(from peer.ID) error
 	// apiToken is the bearer token the local API requires; empty means none.
 	apiToken string
 	// faultsView reports the fault injection settings for /v1/info.
@@ -124,16 +114,17 @@ func WithLocalState(s LocalState) Option {
 	}
 }
 
-// WithHealthFault makes the node drop each health ping for which fail
-// returns true: the stream is reset unanswered, as a grey peer would. It is
-// for resilience drills and tests of liveness; fail is called once per ping
-// with the pinging peer.
-func WithHealthFault(fail func(from peer.ID) bool) Option {
+// WithHealthCheck has the node ask check, once per health ping, whether its
+// worker can work now (check gets the pinging peer, and must be quick). A
+// non-nil error is answered to the ping (HealthAnswer.Error: the pinging
+// peer counts a failed poll), or, when it wraps ErrHealthDropped, the ping
+// is reset unanswered, as a grey peer's would be.
+func WithHealthCheck(check func(from peer.ID) error) Option {
 	return func(o *options) error {
-		if fail == nil {
-			return errors.New("node: nil health fault")
+		if check == nil {
+			return errors.New("node: nil health check")
 		}
-		o.healthFault = fail
+		o.healthCheck = check
 		return nil
 	}
 }
@@ -264,8 +255,8 @@ type Node struct {
 	log     *logrus.Logger
 	key     crypto.PrivKey
 	state   LocalState
-	// healthFault drops health pings on purpose; see WithHealthFault.
-	healthFault func(from peer.ID) bool
+	// healthCheck judges each health ping; see WithHealthCheck.
+	healthCheck func(from peer.ID) error
 	// faultsView reports fault injection settings in /v1/info.
 	faultsView func() any
 	start      time.Time
@@ -418,7 +409,7 @@ func New(ctx context.Context, cfg config.NodeConfig, opts ...Option) (*Node, err
 		log:         o.log,
 		key:         key,
 		state:       o.state,
-		healthFault: o.healthFault,
+		healthCheck: o.healthCheck,
 		faultsView:  o.faultsView,
 		start:       time.Now(),
 		host:        h,

@@ -3,6 +3,7 @@ package selection
 import (
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -146,12 +147,9 @@ func (l *Liveness) firstPoll(id string) time.Time {
 	if iv <= 0 {
 		return now
 	}
-	h := l.seed
-	for i := 0; i < len(id); i++ { // FNV-1a over the ID, mixed with the seed
-		h ^= uint64(id[i])
-		h *= 0x100000001b3
-	}
-	return now.Add(time.Duration(splitmix(h)%uint64(iv)) - iv)
+	f := fnv.New64a()
+	f.Write([]byte(id))
+	return now.Add(time.Duration(splitmix(l.seed^f.Sum64())%uint64(iv)) - iv)
 }
 
 // retain forgets every peer not in keep.

@@ -163,21 +163,24 @@ func TestDispatch_GreyWorkerEjected(t *testing.T) {
 	var mu sync.Mutex
 	pings := 0
 	var gatewayID peer.ID
-	grey := func(from peer.ID) bool {
+	grey := func(from peer.ID) error {
 		if from != gatewayID {
-			return false
+			return nil
 		}
 		mu.Lock()
 		defer mu.Unlock()
 		fail := pattern[pings%len(pattern)]
 		pings++
-		return fail
+		if fail {
+			return node.ErrHealthDropped
+		}
+		return nil
 	}
 	gw := startMember(t, hits, memberSpec{name: "gateway", cfg: ejectingGateway(poll, threshold, nil)}, nil)
 	gatewayID = gw.node.ID()
 	good := startMember(t, hits, memberSpec{name: "good", handlers: map[string]workers.Handler{"sha256": sha256Handler("good", hits)}}, gw)
 	bad := startMember(t, hits, memberSpec{name: "grey", handlers: map[string]workers.Handler{"sha256": sha256Handler("grey", hits)},
-		opts: []node.Option{node.WithHealthFault(grey)}}, gw)
+		opts: []node.Option{node.WithHealthCheck(grey)}}, gw)
 	waitRanked(t, gw, "sha256", 1)
 	name := peerName(good, bad, gw)
 

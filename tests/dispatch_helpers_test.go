@@ -154,7 +154,8 @@ func startMember(t testing.TB, hits *hitCounter, spec memberSpec, boot *member) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := append([]node.Option{node.WithLocalState(workers.NewLocalState(pool))}, spec.opts...)
+	state := workers.NewLocalState(pool)
+	opts := append([]node.Option{node.WithLocalState(state), node.WithHealthCheck(state.Health)}, spec.opts...)
 	n := startNode(t, cfg.Node, opts...)
 	server, err := workers.NewServer(n.Host(), n.Network(), pool, workers.WithServerLogger(testLogger()))
 	if err != nil {

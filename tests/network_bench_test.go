@@ -3,6 +3,7 @@ package tests
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -39,44 +40,50 @@ func joinRaw(tb testing.TB, n *node.Node) *rawMember {
 	return &rawMember{topic: topic, sub: sub}
 }
 
-// awaitRaw waits until every member received a message with payload want and
-// returns the time the last one did.
-func awaitRaw(ctx context.Context, members []*rawMember, want string) (time.Time, error) {
+// awaitAll runs wait(i) for each i below n at once; each returns nil when
+// its condition holds. It returns the time the last one held, or every
+// error there was.
+func awaitAll(n int, wait func(i int) error) (time.Time, error) {
 	var (
 		mu   sync.Mutex
 		last time.Time
 		wg   sync.WaitGroup
-		errs = make([]error, len(members))
+		errs = make([]error, n)
 	)
-	for i, m := range members {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				msg, err := m.sub.Next(ctx)
-				if err != nil {
-					errs[i] = fmt.Errorf("member %d: %w", i, err)
-					return
-				}
-				if string(msg.Data) == want {
-					now := time.Now()
-					mu.Lock()
-					if now.After(last) {
-						last = now
-					}
-					mu.Unlock()
-					return
-				}
+	for i := range n {
+		wg.Go(func() {
+			if errs[i] = wait(i); errs[i] != nil {
+				return
 			}
-		}()
+			now := time.Now()
+			mu.Lock()
+			if now.After(last) {
+				last = now
+			}
+			mu.Unlock()
+		})
 	}
 	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return time.Time{}, err
-		}
+	if err := errors.Join(errs...); err != nil {
+		return time.Time{}, err
 	}
 	return last, nil
+}
+
+// awaitRaw waits until every member received a message with payload want and
+// returns the time the last one did.
+func awaitRaw(ctx context.Context, members []*rawMember, want string) (time.Time, error) {
+	return awaitAll(len(members), func(i int) error {
+		for {
+			msg, err := members[i].sub.Next(ctx)
+			if err != nil {
+				return fmt.Errorf("member %d: %w", i, err)
+			}
+			if string(msg.Data) == want {
+				return nil
+			}
+		}
+	})
 }
 
 // awaitRawPeer waits until m's gossip knows a peer on the raw topic, so that
@@ -106,43 +113,19 @@ func awaitRawPeer(ctx context.Context, m *rawMember) error {
 // awaitKnown waits until every table holds id and returns the time the last
 // one did.
 func awaitKnown(ctx context.Context, tables []*node.PeerTable, id peer.ID) (time.Time, error) {
-	var (
-		mu   sync.Mutex
-		last time.Time
-		wg   sync.WaitGroup
-		errs = make([]error, len(tables))
-	)
-	for i, tb := range tables {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				ch := tb.Changed()
-				if _, ok := tb.Get(id); ok {
-					now := time.Now()
-					mu.Lock()
-					if now.After(last) {
-						last = now
-					}
-					mu.Unlock()
-					return
-				}
-				select {
-				case <-ch:
-				case <-ctx.Done():
-					errs[i] = fmt.Errorf("table %d: %w", i, ctx.Err())
-					return
-				}
+	return awaitAll(len(tables), func(i int) error {
+		for {
+			ch := tables[i].Changed()
+			if _, ok := tables[i].Get(id); ok {
+				return nil
 			}
-		}()
-	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return time.Time{}, err
+			select {
+			case <-ch:
+			case <-ctx.Done():
+				return fmt.Errorf("table %d: %w", i, ctx.Err())
+			}
 		}
-	}
-	return last, nil
+	})
 }
 
 // BenchmarkNetworkJoinVsRawGossip measures, per iteration, how long a newly

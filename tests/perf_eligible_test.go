@@ -21,47 +21,25 @@ import (
 // which publishes none; waiting on events rather than polling keeps the
 // measurement from competing for the CPU with what it measures.
 func awaitEligible(ctx context.Context, gws []*member, workType string, id peer.ID) (time.Time, error) {
-	var (
-		mu   sync.Mutex
-		last time.Time
-		wg   sync.WaitGroup
-		errs = make([]error, len(gws))
-	)
-	for i, gw := range gws {
-		wg.Go(func() {
-			tick := time.NewTicker(20 * time.Millisecond)
-			defer tick.Stop()
-			sel := gw.disp.Selector()
-			for {
-				ch := sel.Changed()
-				if slices.ContainsFunc(sel.Ranking(workType), func(r selection.Ranked) bool {
-					return r.Peer == string(id) && r.State == selection.StateAlive
-				}) {
-					now := time.Now()
-					mu.Lock()
-					if now.After(last) {
-						last = now
-					}
-					mu.Unlock()
-					return
-				}
-				select {
-				case <-ch:
-				case <-tick.C:
-				case <-ctx.Done():
-					errs[i] = fmt.Errorf("gateway %d: not eligible: %w", i, ctx.Err())
-					return
-				}
+	return awaitAll(len(gws), func(i int) error {
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		sel := gws[i].disp.Selector()
+		for {
+			ch := sel.Changed()
+			if slices.ContainsFunc(sel.Ranking(workType), func(r selection.Ranked) bool {
+				return r.Peer == string(id) && r.State == selection.StateAlive
+			}) {
+				return nil
 			}
-		})
-	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return time.Time{}, err
+			select {
+			case <-ch:
+			case <-tick.C:
+			case <-ctx.Done():
+				return fmt.Errorf("gateway %d: not eligible: %w", i, ctx.Err())
+			}
 		}
-	}
-	return last, nil
+	})
 }
 
 // BenchmarkPerfEligibleVsRawGossip extends BenchmarkNetworkJoinVsRawGossip

@@ -327,19 +327,19 @@ func TestFaults_HealthPings(t *testing.T) {
 	f := newFaults(t, config.FaultConfig{DropRate: 0.1, ErrorRate: 0.3, Delay: time.Hour}, withFaultRand(func() float64 { i++; return seq[i-1] }))
 	pool := newTestPool(t, 1, 1, nil)
 	st := NewLocalState(pool, f)
-	if err := st.Health(); !errors.Is(err, node.ErrHealthDropped) {
+	if err := st.Health(""); !errors.Is(err, node.ErrHealthDropped) {
 		t.Errorf("u=0.05: %v, want a dropped ping", err)
 	}
-	if err := st.Health(); err == nil || errors.Is(err, node.ErrHealthDropped) || err.Error() != FaultInjectionError {
+	if err := st.Health(""); err == nil || errors.Is(err, node.ErrHealthDropped) || err.Error() != FaultInjectionError {
 		t.Errorf("u=0.25: %v, want %q", err, FaultInjectionError)
 	}
-	if err := st.Health(); err != nil {
+	if err := st.Health(""); err != nil {
 		t.Errorf("u=0.45: %v, want healthy (the delay does not apply to pings)", err)
 	}
 	if s := f.Stats(); s != (FaultStats{}) {
 		t.Errorf("pings counted as requests: %+v", s)
 	}
-	if err := NewLocalState(pool).Health(); err != nil {
+	if err := NewLocalState(pool).Health(""); err != nil {
 		t.Errorf("no checks: %v", err)
 	}
 }

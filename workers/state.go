@@ -3,6 +3,8 @@ package workers
 import (
 	"fmt"
 
+	"github.com/libp2p/go-libp2p/core/peer"
+
 	"github.com/workmesh/workmesh/node"
 )
 
@@ -26,12 +28,11 @@ func NewLocalState(pool *Pool, checks ...HealthChecker) LocalState {
 	return LocalState{pool: pool, checks: checks}
 }
 
-var _ node.HealthReporter = LocalState{}
-
 // Health returns the first failing check: the extra checks first (fault
 // injection decides a ping's fate before anything else), then the work
-// types in name order. Nil means the worker can work.
-func (s LocalState) Health() error {
+// types in name order. Nil means the worker can work. It is the node's
+// health check (node.WithHealthCheck); who pings makes no difference.
+func (s LocalState) Health(peer.ID) error {
 	for _, c := range s.checks {
 		if c == nil {
 			continue

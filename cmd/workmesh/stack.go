@@ -110,8 +110,9 @@ func startStack(ctx context.Context, cfg config.Config, log *logrus.Logger, opts
 		s.Close()
 		return nil, err
 	}
+	state := workers.NewLocalState(pool, faults)
 	nodeOpts := append([]node.Option{
-		node.WithLogger(log), node.WithVersion(version), node.WithLocalState(workers.NewLocalState(pool, faults)),
+		node.WithLogger(log), node.WithVersion(version), node.WithLocalState(state), node.WithHealthCheck(state.Health),
 		node.WithAPIToken(cfg.Access.APIToken), node.WithFaultsView(func() any { return faults.View() }),
 	}, so.nodeOpts...)
 	n, err := node.New(sctx, cfg.Node, nodeOpts...)

@@ -949,7 +949,10 @@ func (n *Node) verifyGossip(author peer.ID, data []byte) (any, error) {
 		// check). Otherwise a copy of what we already relayed.
 		return nil, pubsub.ErrIgnore
 	}
-	sd, err := OpenNodeData(data, n.network)
+	// author is proven by gossipsub's message signature: a node's own
+	// record needs no second signature check (see openNodeData), a relayed
+	// one is checked in full.
+	sd, err := openNodeData(data, n.network, author)
 	if err != nil {
 		n.table.RejectVia(SourceGossip, ReasonOf(err), author, err)
 		return nil, err

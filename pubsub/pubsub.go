@@ -167,7 +167,7 @@ func New(ctx context.Context, h host.Host, network string, verify Verifier, deli
 			return lpubsub.ValidationReject
 		}
 	}
-	// Inline: verification is a size check and two signature checks, cheaper
+	// Inline: verification is a size check and a signature check or two, cheaper
 	// than a goroutine hand-off on the path every announcement takes.
 	if err := ps.RegisterTopicValidator(name, lpubsub.ValidatorEx(validate), lpubsub.WithValidatorInline(true)); err != nil {
 		return fail(fmt.Errorf("pubsub: validator for %s: %w", name, err))

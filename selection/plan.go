@@ -129,11 +129,7 @@ func (p *Plan) Next() (Pick, bool) {
 	if p.decided {
 		return Pick{}, false
 	}
-	if p.nexts > 0 && p.retries >= p.lim.maxRetries {
-		p.limitHit = fmt.Sprintf("max-retries %d reached", p.lim.maxRetries)
-		return Pick{}, false
-	}
-	if !p.budgetLocked() {
+	if p.retriesSpentLocked() || !p.budgetLocked() {
 		return Pick{}, false
 	}
 	pk, ok := p.pickLocked(false)
@@ -171,6 +167,16 @@ func (p *Plan) Hedge() (Pick, bool) {
 func (p *Plan) HedgeDelay() time.Duration { return p.s.cfg.Hedge.Delay }
 
 // budgetLocked reports whether another distinct remote peer may be tried.
+// retriesSpentLocked reports whether max-retries allows no further retry,
+// noting the limit for Explain.
+func (p *Plan) retriesSpentLocked() bool {
+	if p.nexts > 0 && p.retries >= p.lim.maxRetries {
+		p.limitHit = fmt.Sprintf("max-retries %d reached", p.lim.maxRetries)
+		return true
+	}
+	return false
+}
+
 func (p *Plan) budgetLocked() bool {
 	if p.beyondHead && len(p.tried) >= 1 {
 		p.limitHit = "beyond every head: one attempt only"
@@ -310,8 +316,8 @@ func (p *Plan) Report(pk Pick, o Outcome, latency time.Duration) Verdict {
 	if p.lb != nil && p.lb.PassOnError && p.cursor < t.group+1 {
 		p.cursor = t.group + 1
 	}
-	if p.beyondHead || p.retries >= p.lim.maxRetries || len(p.tried) >= p.lim.maxRemote {
-		return Exhausted
+	if p.retriesSpentLocked() || !p.budgetLocked() {
+		return Exhausted // the limit noted says why, as when Next finds it
 	}
 	return Retry
 }

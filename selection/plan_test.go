@@ -33,10 +33,15 @@ func TestPlan_ExplainsWhyNothingIsLeft(t *testing.T) {
 	if v := p.Report(mustNext(t, p), Retryable, time.Millisecond); v != Exhausted {
 		t.Fatalf("verdict %s, want exhausted with max-remote-workers 1", v)
 	}
+	// The dispatcher stops at the exhausted verdict: the explanation
+	// names the limit without another Next.
+	want = "2 candidates for work type sha256: 1 already tried, 1 not tried (max-remote-workers 1 reached)"
+	if got := p.Explain().String(); got != want {
+		t.Fatalf("explanation after the verdict:\n got %q\nwant %q", got, want)
+	}
 	if _, ok := p.Next(); ok {
 		t.Fatal("max-remote-workers 1: a second peer was offered")
 	}
-	want = "2 candidates for work type sha256: 1 already tried, 1 not tried (max-remote-workers 1 reached)"
 	if got := p.Explain().String(); got != want {
 		t.Fatalf("explanation:\n got %q\nwant %q", got, want)
 	}

@@ -588,6 +588,9 @@ func (c *Client) exchange(str network.Stream, req *Request, deadline time.Time) 
 	// one, and Do resets the stream when it passes. Only the accept timeout
 	// is a read deadline, lifted once the first frame is in.
 	accepting := false
+	// acceptState is waiting until the first frame is in (then in) or the
+	// accept timeout passed first (then expired).
+	var acceptState atomic.Int32
 	if req.AcceptTimeout > 0 {
 		if t := time.Now().Add(req.AcceptTimeout); t.Before(deadline) {
 			// The write is bounded too: to a peer that died without closing
@@ -596,7 +599,18 @@ func (c *Client) exchange(str network.Stream, req *Request, deadline time.Time) 
 			// deadline, which is what the accept timeout exists to prevent.
 			_ = str.SetDeadline(t)
 			accepting = true
+			// A transport may ignore stream deadlines (go-libp2p's mock
+			// network does): the timer resets the stream all the same.
+			timer := time.AfterFunc(req.AcceptTimeout, func() {
+				if acceptState.CompareAndSwap(acceptWaiting, acceptExpired) {
+					_ = str.Reset()
+				}
+			})
+			defer timer.Stop()
 		}
+	}
+	timedOut := func(err error) bool {
+		return accepting && (errors.Is(err, os.ErrDeadlineExceeded) || acceptState.Load() == acceptExpired)
 	}
 
 	buf := getBuf()
@@ -604,7 +618,7 @@ func (c *Client) exchange(str network.Stream, req *Request, deadline time.Time) 
 	_, err := str.Write(*buf)
 	putBuf(buf)
 	if err != nil {
-		if accepting && errors.Is(err, os.ErrDeadlineExceeded) {
+		if timedOut(err) {
 			err = fmt.Errorf("%w: the request could not be sent within %s (%v)", ErrAcceptTimeout, req.AcceptTimeout, err)
 		}
 		return Response{}, fmt.Errorf("write request: %w", err)
@@ -624,11 +638,14 @@ func (c *Client) exchange(str network.Stream, req *Request, deadline time.Time) 
 			if errors.Is(err, io.EOF) {
 				err = fmt.Errorf("stream closed without a response: %w", ErrTruncated)
 			}
-			if accepting && first && errors.Is(err, os.ErrDeadlineExceeded) {
+			if first && timedOut(err) {
 				err = fmt.Errorf("%w: nothing within %s (%v)", ErrAcceptTimeout, req.AcceptTimeout, err)
 			}
 			return Response{}, fmt.Errorf("read response: %w", err)
 		}
+		// The first frame stops the accept timer; one that lost the race
+		// with it still counts when it is the whole response.
+		expired := first && !acceptState.CompareAndSwap(acceptWaiting, acceptIn) && acceptState.Load() == acceptExpired
 		resp, accepted, err := decodeServerFrame(body, c.cfg.maxPayload)
 		if err != nil {
 			return Response{}, err
@@ -636,6 +653,9 @@ func (c *Client) exchange(str network.Stream, req *Request, deadline time.Time) 
 		if accepted {
 			if !first {
 				return Response{}, fmt.Errorf("second accept frame: %w", ErrMalformed)
+			}
+			if expired {
+				return Response{}, fmt.Errorf("read response: %w: accepted after %s, the stream already reset", ErrAcceptTimeout, req.AcceptTimeout)
 			}
 			if accepting {
 				_ = str.SetReadDeadline(time.Time{})
@@ -648,6 +668,13 @@ func (c *Client) exchange(str network.Stream, req *Request, deadline time.Time) 
 		return resp, nil
 	}
 }
+
+// The states of a call's accept timeout (see Client.exchange).
+const (
+	acceptWaiting int32 = iota
+	acceptIn
+	acceptExpired
+)
 
 // contextError returns ctx's cause when it has one worth more than its error.
 func contextError(ctx context.Context) error {

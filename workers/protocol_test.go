@@ -18,6 +18,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
+	mocknet "github.com/libp2p/go-libp2p/p2p/net/mock"
 )
 
 const testNetwork = "test"
@@ -315,6 +316,26 @@ func TestProtocol_AcceptTimeoutBoundsTimeToAccept(t *testing.T) {
 		}
 		if took := time.Since(start); took > failAfter/2 {
 			t.Errorf("gave up after %s", took)
+		}
+	})
+	t.Run("transport without stream deadlines", func(t *testing.T) {
+		// go-libp2p's mock network ignores stream deadlines, as any
+		// transport may: the accept timeout must hold all the same.
+		mn := mocknet.New()
+		t.Cleanup(func() { _ = mn.Close() })
+		clientHost, err := mn.GenPeer()
+		must(t, err)
+		serverHost, err := mn.GenPeer()
+		must(t, err)
+		must(t, mn.LinkAll())
+		silentServer(t, serverHost)
+		client, err := NewClient(clientHost, testNetwork)
+		must(t, err)
+		ctx, cancel := context.WithTimeout(context.Background(), failAfter)
+		defer cancel()
+		_, err = client.Do(ctx, serverHost.ID(), Request{Type: "echo", AcceptTimeout: 100 * time.Millisecond})
+		if !errors.Is(err, ErrAcceptTimeout) || errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("error = %v, want ErrAcceptTimeout", err)
 		}
 	})
 	t.Run("work longer than the accept timeout", func(t *testing.T) {

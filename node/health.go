@@ -68,6 +68,8 @@ type nodedataRequest struct {
 	// joins hands its record to the peers it bootstraps from this way,
 	// without waiting for its gossip to be set up.
 	Push bool `json:"push,omitempty"`
+	// eager (never sent) opens the stream without waiting for identify.
+	eager bool
 }
 
 // finish closes s after a good exchange and resets it after a failed one.
@@ -255,6 +257,13 @@ func (n *Node) pushNodeData(ctx context.Context, p peer.ID) error {
 	return err
 }
 
+// pushEarly is pushNodeData over the connection a joining node just made,
+// before identify has run (see newStreamEager).
+func (n *Node) pushEarly(ctx context.Context, p peer.ID) error {
+	_, err := n.exchangeNodeData(ctx, p, nodedataRequest{Push: true, eager: true})
+	return err
+}
+
 // fetchNodeData asks p for its own record (and, with all, every record it
 // holds) and offers each one to the peer table. It returns the number of
 // records that changed the table.
@@ -268,7 +277,13 @@ func (n *Node) fetchNodeData(ctx context.Context, p peer.ID, all bool) (int, err
 func (n *Node) exchangeNodeData(ctx context.Context, p peer.ID, req nodedataRequest) (int, error) {
 	ctx, cancel := withDefaultTimeout(ctx, syncTimeout)
 	defer cancel()
-	s, err := n.host.NewStream(ctx, p, NodeDataProtocol(n.network))
+	open := n.host.NewStream
+	if req.eager {
+		open = func(ctx context.Context, p peer.ID, pids ...protocol.ID) (network.Stream, error) {
+			return newStreamEager(ctx, n.host, p, pids[0])
+		}
+	}
+	s, err := open(ctx, p, NodeDataProtocol(n.network))
 	if err != nil {
 		return 0, fmt.Errorf("nodedata from %s: open stream: %w", p, err)
 	}

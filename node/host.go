@@ -1,18 +1,22 @@
 package node
 
 import (
+	"context"
 	"fmt"
+	"io"
 	"maps"
 
 	"github.com/libp2p/go-libp2p"
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
 	rcmgr "github.com/libp2p/go-libp2p/p2p/host/resource-manager"
 	quic "github.com/libp2p/go-libp2p/p2p/transport/quic"
 	"github.com/libp2p/go-libp2p/p2p/transport/tcp"
 	ma "github.com/multiformats/go-multiaddr"
+	msmux "github.com/multiformats/go-multistream"
 )
 
 // Resource-manager service names of workmesh's own protocols.
@@ -108,4 +112,42 @@ func usesTCP(addrs ...[]ma.Multiaddr) bool {
 		}
 	}
 	return false
+}
+
+// newStreamEager opens a stream for proto to p over an existing connection
+// without waiting for identify, which NewStream does to learn what p speaks:
+// the protocol is named optimistically (multistream's lazy select) and a
+// peer that does not speak it fails the first read. It is for the one
+// exchange where identify's round trip sits on the critical path: a joining
+// node's push to its bootstrap peer, which serves the protocol unless it is
+// not a workmesh node of this network at all.
+func newStreamEager(ctx context.Context, h host.Host, p peer.ID, proto protocol.ID) (network.Stream, error) {
+	s, err := h.Network().NewStream(network.WithNoDial(ctx, "connected"), p)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.SetProtocol(proto); err != nil {
+		s.Reset()
+		return nil, err
+	}
+	return &eagerStream{Stream: s, rw: msmux.NewMSSelect(s, proto)}, nil
+}
+
+// eagerStream reads and writes through multistream's lazy select, as
+// go-libp2p's host does for a protocol it knows the peer speaks.
+type eagerStream struct {
+	network.Stream
+	rw io.ReadWriteCloser
+}
+
+func (s *eagerStream) Read(b []byte) (int, error)  { return s.rw.Read(b) }
+func (s *eagerStream) Write(b []byte) (int, error) { return s.rw.Write(b) }
+func (s *eagerStream) Close() error                { return s.rw.Close() }
+
+// CloseWrite sends the select handshake first if nothing was written yet.
+func (s *eagerStream) CloseWrite() error {
+	if f, ok := s.rw.(interface{ Flush() error }); ok {
+		_ = f.Flush()
+	}
+	return s.Stream.CloseWrite()
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/peerstore"
 	"github.com/libp2p/go-libp2p/core/protocol"
 	ma "github.com/multiformats/go-multiaddr"
 	mh "github.com/multiformats/go-multihash"
@@ -279,6 +280,9 @@ type Node struct {
 	seq       uint64
 	cur       atomic.Pointer[SignedNodeData]
 	reach     atomic.Int32 // topic peers the current record was published to
+	// early carries the outcome of New's dial and push to each bootstrap
+	// peer to bootstrapLoop's first round (then nil).
+	early []chan error
 	synced    atomic.Int32
 
 	bootstrap []peer.AddrInfo
@@ -448,13 +452,24 @@ func New(ctx context.Context, cfg config.NodeConfig, opts ...Option) (*Node, err
 	// dial in progress. Handlers set after the connection reach the peer
 	// by identify push. It starts once connection events are watched, so
 	// the peer table sees this connection too.
-	for _, ai := range bootstrap {
+	// Once connected, it pushes the node's record at once, without
+	// waiting for identify (pushEarly): the push is what makes the node
+	// known, and identify's round trip would only delay it.
+	n.early = make([]chan error, len(bootstrap))
+	for i, ai := range bootstrap {
+		done := make(chan error, 1)
+		n.early[i] = done
 		n.wg.Add(1)
 		go func() {
 			defer n.wg.Done()
 			dctx, dcancel := context.WithTimeout(ctx, bootstrapTimeout)
 			defer dcancel()
-			_ = h.Connect(dctx, ai) // errors are bootstrapLoop's to report
+			h.Peerstore().AddAddrs(ai.ID, ai.Addrs, peerstore.TempAddrTTL)
+			_, err := h.Network().DialPeer(dctx, ai.ID)
+			if err == nil {
+				err = n.pushEarly(dctx, ai.ID)
+			}
+			done <- err // bootstrapLoop reports errors and tries again
 		}()
 	}
 
@@ -834,10 +849,23 @@ func (n *Node) bootstrapLoop() {
 	for {
 		var wg sync.WaitGroup
 		var ok atomic.Bool
-		for _, ai := range n.bootstrap {
+		for i, ai := range n.bootstrap {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
+				if early := n.early[i]; early != nil {
+					// The first round: New dialed and pushed already.
+					n.early[i] = nil
+					select {
+					case err := <-early:
+						if err == nil {
+							ok.Store(true)
+							return
+						}
+					case <-n.ctx.Done():
+						return
+					}
+				}
 				ctx, cancel := context.WithTimeout(n.ctx, bootstrapTimeout)
 				defer cancel()
 				if err := n.host.Connect(ctx, ai); err != nil {

@@ -133,3 +133,37 @@ func TestNodeDataPushOfAnotherPeerRefused(t *testing.T) {
 		t.Error("the record of a peer pushed by another was entered")
 	}
 }
+
+// TestPushEarlyWithoutIdentify pushes over a connection just made, naming
+// the protocol without waiting for identify (as a joining node does to its
+// bootstrap peer): a workmesh node takes the record and answers with its
+// own; a peer that does not speak the protocol fails the push at once
+// rather than at the timeout.
+func TestPushEarlyWithoutIdentify(t *testing.T) {
+	a := startTestNode(t, testConfig(t))
+	c := startTestNode(t, testConfig(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c.Host().Peerstore().AddAddrs(a.ID(), a.Host().Addrs(), time.Minute)
+	if _, err := c.Host().Network().DialPeer(ctx, a.ID()); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.pushEarly(ctx, a.ID()); err != nil {
+		t.Fatalf("early push to a workmesh node: %v", err)
+	}
+	if p, ok := a.Peers().Get(c.ID()); !ok || p.Source != SourceSync {
+		t.Errorf("A holds C's record: %t from %s, want true from sync", ok, p.Source)
+	}
+	if p, ok := c.Peers().Get(a.ID()); !ok || p.Source != SourceSync {
+		t.Errorf("C holds A's answer: %t from %s, want true from sync", ok, p.Source)
+	}
+
+	bare := bareHost(t, newPeerKey(t))
+	c.Host().Peerstore().AddAddrs(bare.ID(), bare.Addrs(), time.Minute)
+	if _, err := c.Host().Network().DialPeer(ctx, bare.ID()); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.pushEarly(ctx, bare.ID()); err == nil || ctx.Err() != nil {
+		t.Errorf("early push to a peer without the protocol: %v (context: %v), want a prompt error", err, ctx.Err())
+	}
+}

@@ -553,10 +553,23 @@ func (c *Client) Do(ctx context.Context, p peer.ID, req Request) (Response, erro
 		req.Timeout = left
 	}
 
-	str, err := c.h.NewStream(ctx, p, c.pid)
+	// The accept timeout runs from here: opening the stream counts too
+	// (to a peer that stopped reading, it waits for stream credit).
+	var acceptBy time.Time
+	sctx := ctx
+	if req.AcceptTimeout > 0 && req.AcceptTimeout < left {
+		acceptBy = time.Now().Add(req.AcceptTimeout)
+		var cancel context.CancelFunc
+		sctx, cancel = context.WithDeadline(ctx, acceptBy)
+		defer cancel()
+	}
+	str, err := c.h.NewStream(sctx, p, c.pid)
 	if err != nil {
-		if ctx.Err() != nil {
+		switch {
+		case ctx.Err() != nil:
 			err = fmt.Errorf("%w (%v)", contextError(ctx), err)
+		case sctx.Err() != nil:
+			err = fmt.Errorf("%w: no stream within %s (%v)", ErrAcceptTimeout, req.AcceptTimeout, err)
 		}
 		return Response{}, fmt.Errorf("work %s for %s: open stream: %w", req.Type, p, err)
 	}
@@ -565,7 +578,7 @@ func (c *Client) Do(ctx context.Context, p peer.ID, req Request) (Response, erro
 	stop := context.AfterFunc(ctx, func() { _ = str.Reset() })
 	defer stop()
 
-	resp, err := c.exchange(str, &req, deadline)
+	resp, err := c.exchange(str, &req, acceptBy)
 	if err != nil {
 		_ = str.Reset()
 		switch {
@@ -582,8 +595,9 @@ func (c *Client) Do(ctx context.Context, p peer.ID, req Request) (Response, erro
 	return resp, nil
 }
 
-// exchange writes the request and reads the response on str.
-func (c *Client) exchange(str network.Stream, req *Request, deadline time.Time) (Response, error) {
+// exchange writes the request and reads the response on str; a worker
+// that has not accepted the work by acceptBy (if set) is given up.
+func (c *Client) exchange(str network.Stream, req *Request, acceptBy time.Time) (Response, error) {
 	// The call's deadline needs no stream deadline: the context always has
 	// one, and Do resets the stream when it passes. Only the accept timeout
 	// is a read deadline, lifted once the first frame is in.
@@ -591,23 +605,21 @@ func (c *Client) exchange(str network.Stream, req *Request, deadline time.Time) 
 	// acceptState is waiting until the first frame is in (then in) or the
 	// accept timeout passed first (then expired).
 	var acceptState atomic.Int32
-	if req.AcceptTimeout > 0 {
-		if t := time.Now().Add(req.AcceptTimeout); t.Before(deadline) {
-			// The write is bounded too: to a peer that died without closing
-			// its connection, opening the stream and writing the request can
-			// block (no stream credit, no acknowledgements) until the whole
-			// deadline, which is what the accept timeout exists to prevent.
-			_ = str.SetDeadline(t)
-			accepting = true
-			// A transport may ignore stream deadlines (go-libp2p's mock
-			// network does): the timer resets the stream all the same.
-			timer := time.AfterFunc(req.AcceptTimeout, func() {
-				if acceptState.CompareAndSwap(acceptWaiting, acceptExpired) {
-					_ = str.Reset()
-				}
-			})
-			defer timer.Stop()
-		}
+	if !acceptBy.IsZero() {
+		// The write is bounded too: to a peer that died without closing
+		// its connection, writing the request can block (no stream
+		// credit, no acknowledgements) until the whole deadline, which is
+		// what the accept timeout exists to prevent.
+		_ = str.SetDeadline(acceptBy)
+		accepting = true
+		// A transport may ignore stream deadlines (go-libp2p's mock
+		// network does): the timer resets the stream all the same.
+		timer := time.AfterFunc(time.Until(acceptBy), func() {
+			if acceptState.CompareAndSwap(acceptWaiting, acceptExpired) {
+				_ = str.Reset()
+			}
+		})
+		defer timer.Stop()
 	}
 	timedOut := func(err error) bool {
 		return accepting && (errors.Is(err, os.ErrDeadlineExceeded) || acceptState.Load() == acceptExpired)

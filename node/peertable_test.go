@@ -298,6 +298,26 @@ func TestPeerTableGossipedFlag(t *testing.T) {
 	}
 }
 
+// TestPeerTableHolds: only the very bytes held count as held, so a copy
+// that differs in anything (here its signature) is checked in full.
+func TestPeerTableHolds(t *testing.T) {
+	tb, _ := newTestTable(t, newFakeClock())
+	a := newPeerKey(t)
+	rec := a.record(t, 1)
+	if tb.Holds(a.id, rec) {
+		t.Fatal("an empty table holds a record")
+	}
+	if _, err := tb.Submit(rec, "", SourceSync); err != nil {
+		t.Fatal(err)
+	}
+	if !tb.Holds(a.id, rec) {
+		t.Error("the record entered is not held")
+	}
+	if tb.Holds(a.id, withBadSignature(rec)) || tb.Holds(a.id, a.record(t, 1, func(nd *NodeData) { nd.Labels = []string{"other"} })) {
+		t.Error("another envelope of the same peer counts as held")
+	}
+}
+
 func TestRejectErrorUnwraps(t *testing.T) {
 	inner := errors.New("detail")
 	err := error(reject(RejectForged, inner))

@@ -253,9 +253,9 @@ func peerName(ms ...*member) func(string) string {
 }
 
 func describe(res workers.WorkResult, name func(string) string) string {
-	s := fmt.Sprintf("status %s worker %s error %q attempts:", res.Status, name(res.Worker), res.Error)
+	s := fmt.Sprintf("status %s worker %s after %s error %q attempts:", res.Status, name(res.Worker), res.Duration.Round(time.Millisecond), res.Error)
 	for _, a := range res.Attempts {
-		s += fmt.Sprintf(" [%s %s %s]", name(a.Peer), a.Outcome, a.Error)
+		s += fmt.Sprintf(" [%s %s %.0fms %s]", name(a.Peer), a.Outcome, a.DurationMS, a.Error)
 	}
 	return s
 }

@@ -159,13 +159,14 @@ func reportFigure(b *testing.B, workmesh, baseline float64, unit string, ratio f
 }
 
 // startWorker starts a worker-only member: node, local worker and work
-// protocol server, no dispatcher; opts are added to the node's. Scale runs
+// protocol server, no dispatcher; settings edits its config (from the test
+// defaults) and opts are added to the node's. Scale runs
 // use it for the nodes that only serve, so that the process does not run
 // (and poll from) hundreds of dispatchers that stand for other machines.
-func startWorker(tb testing.TB, name string, handlers map[string]workers.Handler, boot *member, opts ...node.Option) *member {
+func startWorker(tb testing.TB, name string, handlers map[string]workers.Handler, boot *member, settings func(*config.Config), opts ...node.Option) *member {
 	tb.Helper()
 	cfg := testDispatchConfig(tb)
-	productionSettings(&cfg)
+	settings(&cfg)
 	cfg.SetDefaults()
 	reg := workers.NewRegistry()
 	for n, h := range handlers {

@@ -282,8 +282,8 @@ type Node struct {
 	reach     atomic.Int32 // topic peers the current record was published to
 	// early carries the outcome of New's dial and push to each bootstrap
 	// peer to bootstrapLoop's first round (then nil).
-	early []chan error
-	synced    atomic.Int32
+	early  []chan error
+	synced atomic.Int32
 
 	bootstrap []peer.AddrInfo
 	kick      chan struct{} // re-sign and publish now

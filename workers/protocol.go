@@ -553,11 +553,13 @@ func (c *Client) Do(ctx context.Context, p peer.ID, req Request) (Response, erro
 		req.Timeout = left
 	}
 
-	// The accept timeout runs from here: opening the stream counts too
-	// (to a peer that stopped reading, it waits for stream credit).
+	// The accept timeout runs from here: opening the stream over a
+	// connection counts too (to a peer that stopped reading, it waits for
+	// stream credit). A dial, which NewStream makes when there is no
+	// connection, is the call's to bound, not the accept timeout's.
 	var acceptBy time.Time
 	sctx := ctx
-	if req.AcceptTimeout > 0 && req.AcceptTimeout < left {
+	if req.AcceptTimeout > 0 && req.AcceptTimeout < left && c.h.Network().Connectedness(p) == network.Connected {
 		acceptBy = time.Now().Add(req.AcceptTimeout)
 		var cancel context.CancelFunc
 		sctx, cancel = context.WithDeadline(ctx, acceptBy)
@@ -572,6 +574,9 @@ func (c *Client) Do(ctx context.Context, p peer.ID, req Request) (Response, erro
 			err = fmt.Errorf("%w: no stream within %s (%v)", ErrAcceptTimeout, req.AcceptTimeout, err)
 		}
 		return Response{}, fmt.Errorf("work %s for %s: open stream: %w", req.Type, p, err)
+	}
+	if t := time.Now().Add(req.AcceptTimeout); acceptBy.IsZero() && req.AcceptTimeout > 0 && t.Before(deadline) {
+		acceptBy = t // NewStream dialed: the accept timeout runs from now
 	}
 	// A cancelled call resets the stream at once: the pending read fails
 	// here, and the server sees the reset and cancels the work.

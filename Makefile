@@ -22,8 +22,8 @@ test-race:
 test-all:
 	$(GO) test -count=1 -timeout 10m ./...
 
-## bench: the performance suite of issue 6, every figure against its baseline in the same run (about
-## 5 minutes on 2 cores): prints one table, writes it to bench/results.json, raw output in bench/bench.txt.
+## bench: the performance suite of issue 6, every figure against its baseline in the same run (2-4
+## minutes on 2 cores): prints one table, writes it to bench/results.json, raw output in bench/bench.txt.
 ## The memory figure runs in a process of its own, so that nothing before it skews the resident set.
 BENCH_RAW := bench/bench.txt
 # Network sizes of the scaling run (mocknet; tests/perf_scale_test.go).

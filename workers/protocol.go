@@ -434,10 +434,13 @@ func (w *watchdog) run() {
 }
 
 // stop ends the pending read (a deadline in the past also ends a read not
-// yet started) and waits for run to return.
+// yet started) and waits for run to return. Closing the read side ends it
+// where the transport ignores deadlines (mocknet does; there the response
+// was never sent): nothing more is read from the client after its request.
 func (w *watchdog) stop() {
 	w.stopping.Store(true)
 	_ = w.str.SetReadDeadline(time.Now())
+	_ = w.str.CloseRead()
 	<-w.done
 }
 

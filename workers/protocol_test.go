@@ -59,7 +59,15 @@ type pair struct {
 
 func newPair(t testing.TB, handlers map[string]Handler, opts ...ServerOption) *pair {
 	t.Helper()
-	p := &pair{clientHost: newHost(t), serverHost: newHost(t), served: make(chan ServedRequest, 1000)}
+	p := newPairOn(t, newHost(t), newHost(t), handlers, opts...)
+	connect(t, p.clientHost, p.serverHost)
+	return p
+}
+
+// newPairOn is newPair on the given hosts, which it does not connect.
+func newPairOn(t testing.TB, clientHost, serverHost host.Host, handlers map[string]Handler, opts ...ServerOption) *pair {
+	t.Helper()
+	p := &pair{clientHost: clientHost, serverHost: serverHost, served: make(chan ServedRequest, 1000)}
 	p.pool = newTestPool(t, 4, 16, handlers)
 	opts = append([]ServerOption{
 		WithServerLogger(quietLogger()),
@@ -76,7 +84,6 @@ func newPair(t testing.TB, handlers map[string]Handler, opts ...ServerOption) *p
 	t.Cleanup(func() { _ = p.server.Close() })
 	p.client, err = NewClient(p.clientHost, testNetwork)
 	must(t, err)
-	connect(t, p.clientHost, p.serverHost)
 	return p
 }
 
@@ -336,6 +343,25 @@ func TestProtocol_AcceptTimeoutBoundsTimeToAccept(t *testing.T) {
 		_, err = client.Do(ctx, serverHost.ID(), Request{Type: "echo", AcceptTimeout: 100 * time.Millisecond})
 		if !errors.Is(err, ErrAcceptTimeout) || errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("error = %v, want ErrAcceptTimeout", err)
+		}
+	})
+	t.Run("work longer than the grace, transport without stream deadlines", func(t *testing.T) {
+		// The server's watchdog (it sends the accept frame) must end
+		// its read without a deadline, or the response is never sent.
+		mn := mocknet.New()
+		t.Cleanup(func() { _ = mn.Close() })
+		clientHost, err := mn.GenPeer()
+		must(t, err)
+		serverHost, err := mn.GenPeer()
+		must(t, err)
+		must(t, mn.LinkAll())
+		p := newPairOn(t, clientHost, serverHost, nil)
+		ctx, cancel := context.WithTimeout(context.Background(), failAfter)
+		defer cancel()
+		resp, err := p.do(t, ctx, Request{Type: "sleep", Payload: []byte("100ms"), AcceptTimeout: 100 * time.Millisecond})
+		must(t, err)
+		if resp.Outcome != Success {
+			t.Fatalf("slow work: %v %q", resp.Outcome, resp.Error)
 		}
 	})
 	t.Run("work longer than the accept timeout", func(t *testing.T) {

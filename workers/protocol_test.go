@@ -37,6 +37,20 @@ func newHost(t testing.TB) host.Host {
 	return h
 }
 
+// mockPair returns two linked hosts on go-libp2p's mock network, a
+// transport that ignores stream deadlines.
+func mockPair(t testing.TB) (host.Host, host.Host) {
+	t.Helper()
+	mn := mocknet.New()
+	t.Cleanup(func() { _ = mn.Close() })
+	a, err := mn.GenPeer()
+	must(t, err)
+	b, err := mn.GenPeer()
+	must(t, err)
+	must(t, mn.LinkAll())
+	return a, b
+}
+
 // connect dials b from a directly.
 func connect(t testing.TB, a, b host.Host) {
 	t.Helper()
@@ -328,13 +342,7 @@ func TestProtocol_AcceptTimeoutBoundsTimeToAccept(t *testing.T) {
 	t.Run("transport without stream deadlines", func(t *testing.T) {
 		// go-libp2p's mock network ignores stream deadlines, as any
 		// transport may: the accept timeout must hold all the same.
-		mn := mocknet.New()
-		t.Cleanup(func() { _ = mn.Close() })
-		clientHost, err := mn.GenPeer()
-		must(t, err)
-		serverHost, err := mn.GenPeer()
-		must(t, err)
-		must(t, mn.LinkAll())
+		clientHost, serverHost := mockPair(t)
 		silentServer(t, serverHost)
 		client, err := NewClient(clientHost, testNetwork)
 		must(t, err)
@@ -348,13 +356,7 @@ func TestProtocol_AcceptTimeoutBoundsTimeToAccept(t *testing.T) {
 	t.Run("work longer than the grace, transport without stream deadlines", func(t *testing.T) {
 		// The server's watchdog (it sends the accept frame) must end
 		// its read without a deadline, or the response is never sent.
-		mn := mocknet.New()
-		t.Cleanup(func() { _ = mn.Close() })
-		clientHost, err := mn.GenPeer()
-		must(t, err)
-		serverHost, err := mn.GenPeer()
-		must(t, err)
-		must(t, mn.LinkAll())
+		clientHost, serverHost := mockPair(t)
 		p := newPairOn(t, clientHost, serverHost, nil)
 		ctx, cancel := context.WithTimeout(context.Background(), failAfter)
 		defer cancel()

@@ -3,11 +3,8 @@ package tests
 import (
 	"bytes"
 	"context"
-	"io"
 	"testing"
 	"time"
-
-	"github.com/libp2p/go-libp2p/core/network"
 
 	"github.com/workmesh/workmesh/workers"
 )
@@ -22,39 +19,16 @@ const bareEchoProtocol = "/workmesh-bench/echo/1.0.0"
 func BenchmarkDispatchEchoVsBareStream(b *testing.B) {
 	hits := newHitCounter()
 	gw := startMember(b, hits, memberSpec{name: "gateway"}, nil)
-	w := startMember(b, hits, memberSpec{name: "worker", handlers: map[string]workers.Handler{
-		"echo": workers.HandlerFunc(func(_ context.Context, p []byte) workers.Result { return workers.OK(p) }),
-	}}, gw)
+	w := startMember(b, hits, memberSpec{name: "worker", handlers: map[string]workers.Handler{"echo": echoHandler()}}, gw)
 	waitRanked(b, gw, "echo", 1)
-	w.node.Host().SetStreamHandler(bareEchoProtocol, func(s network.Stream) {
-		buf, err := io.ReadAll(io.LimitReader(s, 1<<20))
-		if err != nil {
-			s.Reset()
-			return
-		}
-		if _, err := s.Write(buf); err != nil {
-			s.Reset()
-			return
-		}
-		s.Close()
-	})
+	serveBareEcho(w.node.Host())
 	payload := bytes.Repeat([]byte("x"), 256)
 	ctx := context.Background()
 	bare := func() time.Duration {
 		start := time.Now()
-		s, err := gw.node.Host().NewStream(ctx, w.node.ID(), bareEchoProtocol)
-		if err != nil {
+		if err := bareEcho(ctx, gw.node.Host(), w.node.ID(), payload); err != nil {
 			b.Fatal(err)
 		}
-		if _, err := s.Write(payload); err != nil {
-			b.Fatal(err)
-		}
-		s.CloseWrite()
-		got, err := io.ReadAll(s)
-		if err != nil || len(got) != len(payload) {
-			b.Fatalf("bare echo: %d bytes, %v", len(got), err)
-		}
-		s.Close()
 		return time.Since(start)
 	}
 	dispatch := func() time.Duration {

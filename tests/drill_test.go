@@ -1,7 +1,6 @@
 package tests
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -12,7 +11,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
-	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -197,7 +195,7 @@ func TestDrill(t *testing.T) {
 			}
 		}
 	}
-	med := drillPercentile(rtts, 50)
+	med := percentile(rtts, 50)
 	delay := (10 * med).Round(time.Millisecond)
 	t.Logf("warm-up: %d requests in %s, median remote attempt %s (%d samples): the slow worker gets --fault-delay %s",
 		warmups, time.Since(t0).Round(time.Millisecond), med.Round(10*time.Microsecond), len(rtts), delay)
@@ -226,7 +224,7 @@ func TestDrill(t *testing.T) {
 		for _, n := range []string{"h1", "h2", "h3", "grey", "slow", "local"} {
 			d := perWorker[n]
 			line = append(line, fmt.Sprintf("%s %v median %s max %s score %s", n, outcomes[n],
-				drillPercentile(d, 50).Round(10*time.Microsecond), drillPercentile(d, 100).Round(10*time.Microsecond),
+				percentile(d, 50).Round(10*time.Microsecond), percentile(d, 100).Round(10*time.Microsecond),
 				drillScore(sel[nodes[n].peerIDOr(n)])))
 		}
 		t.Logf("warm-up attempts and scores: %s", strings.Join(line, "; "))
@@ -386,8 +384,8 @@ func TestDrill(t *testing.T) {
 		lat = append(lat, c.end.Sub(c.start))
 	}
 	t.Logf("%d requests (%.0f/s offered, at most %d in flight) in %s: p50 %s, p99 %s, max %s; by status %v", requests, rate, concurrency,
-		took.Round(time.Millisecond), drillPercentile(lat, 50).Round(10*time.Microsecond),
-		drillPercentile(lat, 99).Round(10*time.Microsecond), drillPercentile(lat, 100).Round(10*time.Microsecond), status)
+		took.Round(time.Millisecond), percentile(lat, 50).Round(10*time.Microsecond),
+		percentile(lat, 99).Round(10*time.Microsecond), percentile(lat, 100).Round(10*time.Microsecond), status)
 	monMu.Lock()
 	for _, n := range []string{"h1", "h2", "h3", "grey", "slow", "local"} {
 		role := map[string]string{"grey": "--fault-error-rate 0.5", "slow": "--fault-delay " + delay.String(), "local": "the gateway's own worker"}[n]
@@ -572,7 +570,7 @@ func TestDrill(t *testing.T) {
 		}
 		t.Logf("%s: SIGKILL at %s, %s; %d attempts on it at or after the kill %v (median %s, max %s); %d requests started after its ejection, %d of them in the first 4s (%.0f at the offered rate)",
 			k.name, at(k.killed), shown, tries, kinds,
-			drillPercentile(took, 50).Round(time.Millisecond), drillPercentile(took, 100).Round(time.Millisecond), startedAfter, soon, 4*rate)
+			percentile(took, 50).Round(time.Millisecond), percentile(took, 100).Round(time.Millisecond), startedAfter, soon, 4*rate)
 	}
 
 	// Rating keeps the sick workers to a small share of the work once it
@@ -680,85 +678,19 @@ func TestDrill(t *testing.T) {
 
 // drillNode is one `workmesh node start` process of the drill.
 type drillNode struct {
+	*nodeProcess
 	name   string
-	cmd    *exec.Cmd
-	stderr *syncBuffer
-	peerID string
-	join   string
-	api    string
-	done   chan error
 	killed time.Time // when the drill sent SIGKILL; zero if it did not
 }
 
-// drillStart starts a node process and waits for its "ready" line. It
-// returns an error rather than failing the test so that several nodes can
-// be started at once.
+// drillStart starts a node process and waits for its "ready" line (see
+// launchNode).
 func drillStart(t *testing.T, bin, name string, args ...string) (*drillNode, error) {
-	args = append([]string{"node", "start", "--listen", loopbackQUIC, "--api", "127.0.0.1:0",
-		"--data-dir", t.TempDir(), "--log-level", "info"}, args...)
-	n := &drillNode{name: name, cmd: exec.Command(bin, args...), stderr: &syncBuffer{}, done: make(chan error, 1)}
-	// The nodes take WORKMESH_* variables as settings and refuse unknown
-	// ones: the drill's own (WMTEST_DRILL_SEED) and any a user has set for
-	// the CLI stay out of their environment.
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "WORKMESH_") {
-			n.cmd.Env = append(n.cmd.Env, kv)
-		}
-	}
-	n.cmd.Env = append(n.cmd.Env, "HOME="+t.TempDir())
-	n.cmd.Stderr = n.stderr
-	stdout, err := n.cmd.StdoutPipe()
+	p, err := launchNode(t, bin, name, "info", 20*time.Second, args...)
 	if err != nil {
 		return nil, err
 	}
-	if err := n.cmd.Start(); err != nil {
-		return nil, err
-	}
-	t.Cleanup(func() {
-		if n.cmd.ProcessState == nil {
-			n.cmd.Process.Kill()
-			<-n.done
-		}
-	})
-	lines := make(chan string)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-		close(lines)
-		n.done <- n.cmd.Wait()
-	}()
-	deadline := time.After(20 * time.Second)
-	for {
-		select {
-		case line, ok := <-lines:
-			if !ok {
-				return nil, fmt.Errorf("%s exited before ready; stderr:\n%s", name, n.stderr)
-			}
-			switch {
-			case strings.HasPrefix(line, "peer id: "):
-				n.peerID = strings.TrimPrefix(line, "peer id: ")
-			case strings.HasPrefix(line, "join with: "):
-				if i := strings.Index(line, "--bootstrap "); i >= 0 {
-					n.join = strings.TrimSpace(line[i+len("--bootstrap "):])
-				}
-			case strings.HasPrefix(line, "api: "):
-				n.api = strings.TrimPrefix(line, "api: ")
-			case line == "ready":
-				if n.peerID == "" || n.join == "" || n.api == "" {
-					return nil, fmt.Errorf("%s ready before peer id, join line and api address", name)
-				}
-				go func() {
-					for range lines {
-					}
-				}()
-				return n, nil
-			}
-		case <-deadline:
-			return nil, fmt.Errorf("%s not ready within 20s; stderr:\n%s", name, n.stderr)
-		}
-	}
+	return &drillNode{nodeProcess: p, name: name}, nil
 }
 
 // peerIDOr returns the node's peer ID, or name for a nil node (the local
@@ -877,16 +809,6 @@ func drillLoad(client *http.Client, api string, payloads []string, concurrency i
 	}
 	wg.Wait()
 	return calls
-}
-
-func drillPercentile(d []time.Duration, p float64) time.Duration {
-	if len(d) == 0 {
-		return 0
-	}
-	s := slices.Clone(d)
-	slices.Sort(s)
-	i := int(float64(len(s))*p/100+0.999999) - 1
-	return s[min(max(i, 0), len(s)-1)]
 }
 
 func drillDigest(s string) string {

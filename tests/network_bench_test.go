@@ -86,6 +86,27 @@ func awaitRaw(ctx context.Context, members []*rawMember, want string) (time.Time
 	})
 }
 
+// rawGossip joins n to the raw topic, publishes want there once n's gossip
+// knows a peer on it, and returns the time the message took to reach every
+// member.
+func rawGossip(b *testing.B, ctx context.Context, n *node.Node, members []*rawMember, want string) time.Duration {
+	b.Helper()
+	m := joinRaw(b, n)
+	defer m.sub.Cancel()
+	if err := awaitRawPeer(ctx, m); err != nil {
+		b.Fatal(err)
+	}
+	pub := time.Now()
+	if err := m.topic.Publish(ctx, []byte(want)); err != nil {
+		b.Fatal(err)
+	}
+	last, err := awaitRaw(ctx, members, want)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return last.Sub(pub)
+}
+
 // awaitRawPeer waits until m's gossip knows a peer on the raw topic, so that
 // a message m publishes has somewhere to go.
 func awaitRawPeer(ctx context.Context, m *rawMember) error {
@@ -209,21 +230,7 @@ func BenchmarkNetworkJoinVsRawGossip(b *testing.B) {
 		// relayed through the mesh. It is published once the new node's
 		// gossip knows a peer on the raw topic: the record can be in every
 		// table before the new node's gossip has exchanged subscriptions.
-		m := joinRaw(b, n)
-		if err := awaitRawPeer(ctx, m); err != nil {
-			b.Fatal(err)
-		}
-		want := fmt.Sprintf("raw-%d", i)
-		pub := time.Now()
-		if err := m.topic.Publish(ctx, []byte(want)); err != nil {
-			b.Fatal(err)
-		}
-		lastRaw, err := awaitRaw(ctx, members, want)
-		if err != nil {
-			b.Fatal(err)
-		}
-		raws = append(raws, lastRaw.Sub(pub))
-		m.sub.Cancel()
+		raws = append(raws, rawGossip(b, ctx, n, members, fmt.Sprintf("raw-%d", i)))
 		n.Close()
 	}
 	b.StopTimer()

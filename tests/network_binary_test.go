@@ -34,7 +34,7 @@ func buildBinary(t *testing.T) string {
 // nodeProcess is a running `workmesh node start`.
 type nodeProcess struct {
 	cmd    *exec.Cmd
-	stderr *bytes.Buffer
+	stderr *syncBuffer
 	peerID string
 	join   string // the bootstrap address from the "join with:" line
 	api    string
@@ -45,22 +45,43 @@ type nodeProcess struct {
 // collecting the peer ID, join line and API address it printed.
 func startNodeProcess(t *testing.T, bin string, args ...string) *nodeProcess {
 	t.Helper()
-	args = append([]string{"node", "start",
-		"--listen", loopbackQUIC, "--api", "127.0.0.1:0", "--data-dir", t.TempDir(), "--log-level", "debug"}, args...)
-	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), "HOME="+t.TempDir())
-	stdout, err := cmd.StdoutPipe()
+	p, err := launchNode(t, bin, "node", "debug", 15*time.Second, args...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &nodeProcess{cmd: cmd, stderr: &bytes.Buffer{}, done: make(chan error, 1)}
-	cmd.Stderr = p.stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+	return p
+}
+
+// launchNode starts `workmesh node start` (on loopback, logging at
+// logLevel, with args added) and waits up to wait for its "ready" line,
+// collecting the peer ID, join line and API address it printed. It returns
+// an error rather than failing the test, so that several nodes can be
+// started at once; name is for the error. The process is killed when the
+// test ends, if it still runs.
+func launchNode(t *testing.T, bin, name, logLevel string, wait time.Duration, args ...string) (*nodeProcess, error) {
+	args = append([]string{"node", "start", "--listen", loopbackQUIC, "--api", "127.0.0.1:0",
+		"--data-dir", t.TempDir(), "--log-level", logLevel}, args...)
+	p := &nodeProcess{cmd: exec.Command(bin, args...), stderr: &syncBuffer{}, done: make(chan error, 1)}
+	// The node takes WORKMESH_* variables as settings and refuses unknown
+	// ones: the tests' own and any a user has set for the CLI stay out of
+	// its environment.
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "WORKMESH_") {
+			p.cmd.Env = append(p.cmd.Env, kv)
+		}
+	}
+	p.cmd.Env = append(p.cmd.Env, "HOME="+t.TempDir())
+	p.cmd.Stderr = p.stderr
+	stdout, err := p.cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := p.cmd.Start(); err != nil {
+		return nil, err
 	}
 	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			cmd.Process.Kill()
+		if p.cmd.ProcessState == nil {
+			p.cmd.Process.Kill()
 			<-p.done
 		}
 	})
@@ -71,14 +92,14 @@ func startNodeProcess(t *testing.T, bin string, args ...string) *nodeProcess {
 			lines <- sc.Text()
 		}
 		close(lines)
-		p.done <- cmd.Wait()
+		p.done <- p.cmd.Wait()
 	}()
-	deadline := time.After(15 * time.Second)
+	deadline := time.After(wait)
 	for {
 		select {
 		case line, ok := <-lines:
 			if !ok {
-				t.Fatalf("node exited before ready; stderr:\n%s", p.stderr)
+				return nil, fmt.Errorf("%s exited before ready; stderr:\n%s", name, p.stderr)
 			}
 			switch {
 			case strings.HasPrefix(line, "peer id: "):
@@ -86,23 +107,23 @@ func startNodeProcess(t *testing.T, bin string, args ...string) *nodeProcess {
 			case strings.HasPrefix(line, "join with: "):
 				i := strings.Index(line, "--bootstrap ")
 				if i < 0 {
-					t.Fatalf("join line without --bootstrap: %q", line)
+					return nil, fmt.Errorf("%s: join line without --bootstrap: %q", name, line)
 				}
 				p.join = strings.TrimSpace(line[i+len("--bootstrap "):])
 			case strings.HasPrefix(line, "api: "):
 				p.api = strings.TrimPrefix(line, "api: ")
 			case line == "ready":
 				if p.peerID == "" || p.join == "" || p.api == "" {
-					t.Fatalf("ready before peer id, join line and api address (%+v)", p)
+					return nil, fmt.Errorf("%s ready before peer id, join line and api address (%+v)", name, p)
 				}
 				go func() {
 					for range lines {
 					}
 				}()
-				return p
+				return p, nil
 			}
 		case <-deadline:
-			t.Fatalf("node not ready within 15s; stderr:\n%s", p.stderr)
+			return nil, fmt.Errorf("%s not ready within %s; stderr:\n%s", name, wait, p.stderr)
 		}
 	}
 }

@@ -105,25 +105,12 @@ func BenchmarkPerfEligibleVsRawGossip(b *testing.B) {
 			// A measurement pause, not a wait for a condition: the raw
 			// message is sent once the join's own traffic has passed.
 			time.Sleep(300 * time.Millisecond)
-			m := joinRaw(b, n)
-			if err := awaitRawPeer(ctx, m); err != nil {
-				b.Fatal(err)
-			}
-			want := fmt.Sprintf("raw-%d", i)
-			pub := time.Now()
-			if err := m.topic.Publish(ctx, []byte(want)); err != nil {
-				b.Fatal(err)
-			}
-			lastRaw, err := awaitRaw(ctx, members, want)
-			if err != nil {
-				b.Fatal(err)
-			}
+			raw := rawGossip(b, ctx, n, members, fmt.Sprintf("raw-%d", i))
 			elig = append(elig, last.Sub(start))
 			tabled = append(tabled, known.Sub(start))
 			news = append(news, built)
-			raws = append(raws, lastRaw.Sub(pub))
-			ratios = append(ratios, float64(last.Sub(start))/float64(lastRaw.Sub(pub)))
-			m.sub.Cancel()
+			raws = append(raws, raw)
+			ratios = append(ratios, float64(last.Sub(start))/float64(raw))
 			n.Close()
 		}
 	}

@@ -15,13 +15,31 @@ var (
 		"Fresh peers this node has a connection to.", nil, nil)
 	descRejections = prometheus.NewDesc("workmesh_nodedata_rejections_total",
 		"NodeData records refused, by how they arrived (gossip, dht, sync) and why.", []string{"source", "reason"}, nil)
+	descGossipDropped = prometheus.NewDesc("workmesh_gossip_dropped_total",
+		"Gossip messages dropped because a queue was full: validation_queue (received, not checked) or peer_queue (not sent to a peer).", []string{"queue"}, nil)
 )
 
-// Collector returns a Prometheus collector of the node's peer table: peers
-// known, fresh and connected, and NodeData records refused by source and
-// reason. Register it in the node's own registry; it reads the table at
-// scrape time.
-func (n *Node) Collector() prometheus.Collector { return n.table.Collector() }
+// Collector returns a Prometheus collector of the node: its peer table
+// (peers known, fresh and connected, and NodeData records refused by source
+// and reason) and the gossip messages dropped for full queues. Register it
+// in the node's own registry; it reads the counts at scrape time.
+func (n *Node) Collector() prometheus.Collector { return nodeCollector{n} }
+
+type nodeCollector struct{ n *Node }
+
+// Describe implements prometheus.Collector.
+func (c nodeCollector) Describe(ch chan<- *prometheus.Desc) {
+	tableCollector{c.n.table}.Describe(ch)
+	ch <- descGossipDropped
+}
+
+// Collect implements prometheus.Collector.
+func (c nodeCollector) Collect(ch chan<- prometheus.Metric) {
+	tableCollector{c.n.table}.Collect(ch)
+	validation, outbound := c.n.gossip.Dropped()
+	ch <- prometheus.MustNewConstMetric(descGossipDropped, prometheus.CounterValue, float64(validation), "validation_queue")
+	ch <- prometheus.MustNewConstMetric(descGossipDropped, prometheus.CounterValue, float64(outbound), "peer_queue")
+}
 
 // Collector returns a Prometheus collector of the table (see
 // (*Node).Collector).

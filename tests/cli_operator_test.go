@@ -586,6 +586,8 @@ func TestCLIOperator(t *testing.T) {
 		atLeast("workmesh_peers_by_liveness", map[string]string{"state": "alive"}, 3)
 		atLeast("workmesh_peer_liveness_state", map[string]string{"peer": node1, "state": "alive"}, 1)
 		atLeast("workmesh_api_refused_total", map[string]string{"reason": "bad_request"}, 0)
+		atLeast("workmesh_gossip_dropped_total", map[string]string{"queue": "validation_queue"}, 0)
+		atLeast("workmesh_gossip_dropped_total", map[string]string{"queue": "peer_queue"}, 0)
 		if _, ok := metricValue(mfs, "workmesh_peer_score", map[string]string{"peer": node1, "work_type": "sha256"}); !ok {
 			t.Error("no workmesh_peer_score for node1 sha256")
 		}

@@ -164,9 +164,9 @@ func TestNetworkGossipAcceptsRelayedRecords(t *testing.T) {
 }
 
 // rawGossiper starts a plain libp2p host with raw gossipsub on the NodeData
-// topic (no validator of its own), connected to n, and returns its key and
-// the topic once both sides see each other on it.
-func rawGossiper(t *testing.T, ctx context.Context, n *node.Node) (crypto.PrivKey, *lpubsub.Topic) {
+// topic (no validator of its own; opts go to gossipsub), connected to n, and
+// returns its key and the topic once both sides see each other on it.
+func rawGossiper(t *testing.T, ctx context.Context, n *node.Node, opts ...lpubsub.Option) (crypto.PrivKey, *lpubsub.Topic) {
 	t.Helper()
 	key, _ := newIdentity(t)
 	h, err := libp2p.New(libp2p.Identity(key), libp2p.ListenAddrStrings(loopbackQUIC))
@@ -174,7 +174,7 @@ func rawGossiper(t *testing.T, ctx context.Context, n *node.Node) (crypto.PrivKe
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { h.Close() })
-	ps, err := lpubsub.NewGossipSub(ctx, h, lpubsub.WithFloodPublish(true))
+	ps, err := lpubsub.NewGossipSub(ctx, h, append([]lpubsub.Option{lpubsub.WithFloodPublish(true)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,4 +233,39 @@ func contains(ids []peer.ID, id peer.ID) bool {
 		}
 	}
 	return false
+}
+
+// TestNetworkGossipBurstKeepsEveryRecord: 200 genuine records of 200
+// peers, published back to back by one peer (as when a network forms or a
+// partition heals and many announcements arrive at once), all reach the
+// node's peer table. None is dropped for a full gossipsub queue, and the
+// node's drop counters (workmesh_gossip_dropped_total) stay at zero.
+func TestNetworkGossipBurstKeepsEveryRecord(t *testing.T) {
+	const burst = 200
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	observer := startNode(t, testNodeConfig(t, nodeSpec{workTypes: []string{"echo"}}, nil))
+	// The sender's own queue to the observer must hold the burst too.
+	_, topic := rawGossiper(t, ctx, observer, lpubsub.WithPeerOutboundQueueSize(2*burst))
+	records := make([][]byte, burst)
+	for i := range records {
+		key, id := newIdentity(t)
+		records[i] = signRaw(t, node.NodeData{PeerID: id, Network: observer.Network(), Version: "burst",
+			Sequence: 1, WorkTypes: []node.WorkType{{Name: "echo"}}, StartTime: time.Now()}, key)
+	}
+	for _, r := range records {
+		if err := topic.Publish(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, 10*time.Second, "observer holds every record of the burst", func() error {
+		if got := observer.Peers().Len(); got < burst {
+			v, o := observer.Gossip().Dropped()
+			return fmt.Errorf("%d of %d records held; dropped %d for a full validation queue, %d for a full peer queue", got, burst, v, o)
+		}
+		return nil
+	}, observer.Peers())
+	if v, o := observer.Gossip().Dropped(); v != 0 || o != 0 {
+		t.Errorf("dropped %d messages for a full validation queue and %d for a full peer queue, want none", v, o)
+	}
 }

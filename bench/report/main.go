@@ -144,6 +144,7 @@ var figures = []figure{
 	{name: "scaling: requests/s at %d nodes, 20 dispatching (mocknet)", perSize: "req/s", unit: "req/s", goal: "(reported)"},
 	{name: "scaling: p99 at %d nodes, 20 dispatching (mocknet)", perSize: "p99-ms", unit: "ms", goal: "(reported)"},
 	{name: "scaling: failed requests at %d nodes, of 20,000 (mocknet)", perSize: "failed", unit: "requests", goal: "(reported)"},
+	{name: "scaling: gossip messages dropped for full queues while forming, %d nodes (mocknet)", perSize: "gossip-dropped", unit: "messages", goal: "(reported)"},
 	{name: "scaling: requests/s, %d vs %d nodes, 20 dispatching (mocknet)", scale: "req/s", unit: "req/s", goal: "(reported)"},
 	{name: "scaling: p99, %d vs %d nodes, 20 dispatching (mocknet)", scale: "p99-ms", unit: "ms", goal: "(reported)"},
 	{name: "scaling: idle network CPU, %d vs %d nodes (mocknet)", scale: "background-cores", unit: "cores", goal: "(reported)"},

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -592,10 +591,6 @@ func (c *Client) Do(ctx context.Context, p peer.ID, req Request) (Response, erro
 		switch {
 		case ctx.Err() != nil:
 			err = fmt.Errorf("%w (%v)", contextError(ctx), err)
-		case errors.Is(err, os.ErrDeadlineExceeded) && !errors.Is(err, ErrAcceptTimeout):
-			// The stream deadline is the context's deadline; it may fire
-			// a moment before the context does.
-			err = fmt.Errorf("%w (%v)", context.DeadlineExceeded, err)
 		}
 		return Response{}, fmt.Errorf("work %s for %s: %w", req.Type, p, err)
 	}
@@ -606,9 +601,12 @@ func (c *Client) Do(ctx context.Context, p peer.ID, req Request) (Response, erro
 // exchange writes the request and reads the response on str; a worker
 // that has not accepted the work by acceptBy (if set) is given up.
 func (c *Client) exchange(str network.Stream, req *Request, acceptBy time.Time) (Response, error) {
-	// The call's deadline needs no stream deadline: the context always has
-	// one, and Do resets the stream when it passes. Only the accept timeout
-	// is a read deadline, lifted once the first frame is in.
+	// Neither bound is a stream deadline. The call's deadline is the
+	// context's, and Do resets the stream when it passes. The accept
+	// timeout is a timer that resets the stream unless the first frame
+	// came in before it: that ends a blocked write as well as a pending
+	// read, on every transport (go-libp2p's mock network ignores stream
+	// deadlines), and costs no deadline to set and lift on each call.
 	accepting := false
 	// acceptState is waiting until the first frame is in (then in) or the
 	// accept timeout passed first (then expired).
@@ -618,10 +616,7 @@ func (c *Client) exchange(str network.Stream, req *Request, acceptBy time.Time) 
 		// its connection, writing the request can block (no stream
 		// credit, no acknowledgements) until the whole deadline, which is
 		// what the accept timeout exists to prevent.
-		_ = str.SetDeadline(acceptBy)
 		accepting = true
-		// A transport may ignore stream deadlines (go-libp2p's mock
-		// network does): the timer resets the stream all the same.
 		timer := time.AfterFunc(time.Until(acceptBy), func() {
 			if acceptState.CompareAndSwap(acceptWaiting, acceptExpired) {
 				_ = str.Reset()
@@ -629,22 +624,18 @@ func (c *Client) exchange(str network.Stream, req *Request, acceptBy time.Time) 
 		})
 		defer timer.Stop()
 	}
-	timedOut := func(err error) bool {
-		return accepting && (errors.Is(err, os.ErrDeadlineExceeded) || acceptState.Load() == acceptExpired)
-	}
+	// An error after the timer fired is the accept timeout's reset.
+	timedOut := func() bool { return accepting && acceptState.Load() == acceptExpired }
 
 	buf := getBuf()
 	*buf = appendRequest((*buf)[:0], req)
 	_, err := str.Write(*buf)
 	putBuf(buf)
 	if err != nil {
-		if timedOut(err) {
+		if timedOut() {
 			err = fmt.Errorf("%w: the request could not be sent within %s (%v)", ErrAcceptTimeout, req.AcceptTimeout, err)
 		}
 		return Response{}, fmt.Errorf("write request: %w", err)
-	}
-	if accepting {
-		_ = str.SetWriteDeadline(time.Time{})
 	}
 
 	limit := frameLimit(c.cfg.maxPayload)
@@ -658,7 +649,7 @@ func (c *Client) exchange(str network.Stream, req *Request, acceptBy time.Time) 
 			if errors.Is(err, io.EOF) {
 				err = fmt.Errorf("stream closed without a response: %w", ErrTruncated)
 			}
-			if first && timedOut(err) {
+			if first && timedOut() {
 				err = fmt.Errorf("%w: nothing within %s (%v)", ErrAcceptTimeout, req.AcceptTimeout, err)
 			}
 			return Response{}, fmt.Errorf("read response: %w", err)
@@ -676,9 +667,6 @@ func (c *Client) exchange(str network.Stream, req *Request, acceptBy time.Time) 
 			}
 			if expired {
 				return Response{}, fmt.Errorf("read response: %w: accepted after %s, the stream already reset", ErrAcceptTimeout, req.AcceptTimeout)
-			}
-			if accepting {
-				_ = str.SetReadDeadline(time.Time{})
 			}
 			continue
 		}

@@ -55,7 +55,7 @@ func awaitEligible(ctx context.Context, gws []*member, workType string, id peer.
 // node-new-ms (node.New returning) and in-tables-ms (the last of the 19
 // peer tables holding the record) break the eligible time down.
 func BenchmarkPerfEligibleVsRawGossip(b *testing.B) {
-	const others, iterations = 19, 20
+	const others, iterations = 19, 40
 	hits := newHitCounter()
 	gws := make([]*member, others)
 	gws[0] = startMember(b, hits, memberSpec{name: "m0", cfg: productionSettings}, nil)

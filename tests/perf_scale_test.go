@@ -252,10 +252,11 @@ wait:
 	converged := time.Since(start)
 	// Gossip messages dropped for full gossipsub queues while the network
 	// formed, on all nodes together.
-	var dropped uint64
+	var droppedValidation, droppedPeer uint64
 	for _, m := range append(slices.Clone(gws), ws...) {
 		v, o := m.node.Gossip().Dropped()
-		dropped += v + o
+		droppedValidation += v
+		droppedPeer += o
 	}
 	// A network that just formed is busy (routing-table refreshes, first
 	// syncs and polls): let it settle below one core, for at most 40s, and
@@ -296,9 +297,10 @@ wait:
 	b.ReportMetric(float64(res.failed), "failed")
 	b.ReportMetric(background, "background-cores")
 	b.ReportMetric(100*share, "converged-%")
-	b.ReportMetric(float64(dropped), "gossip-dropped")
-	b.Logf("%d nodes on mocknet (%d dispatching, %d serving): started in %s; after %s the dispatchers ranked at least %.0f%% of the workers alive (%d gossip messages dropped for full queues); idle network %.2f cores after %s; %d requests in %s: %.0f req/s, p50 %s, p99 %s, %d failed",
-		total, scaleDispatchers, len(ws), started.Round(time.Millisecond), converged.Round(time.Millisecond), 100*share, dropped, background, settled.Round(time.Second),
+	b.ReportMetric(float64(droppedValidation), "dropped-validation")
+	b.ReportMetric(float64(droppedPeer), "dropped-peer-queue")
+	b.Logf("%d nodes on mocknet (%d dispatching, %d serving): started in %s; after %s the dispatchers ranked at least %.0f%% of the workers alive (gossip messages dropped for a full queue: %d validation, %d peer); idle network %.2f cores after %s; %d requests in %s: %.0f req/s, p50 %s, p99 %s, %d failed",
+		total, scaleDispatchers, len(ws), started.Round(time.Millisecond), converged.Round(time.Millisecond), 100*share, droppedValidation, droppedPeer, background, settled.Round(time.Second),
 		res.ok, res.elapsed.Round(time.Millisecond), res.rate(), percentile(res.lat, 50), p99, res.failed)
 }
 

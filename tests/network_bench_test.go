@@ -297,8 +297,9 @@ func BenchmarkNetworkJoinVsRawGossip(b *testing.B) {
 		// The raw message takes the same path: published by the new node,
 		// which is connected to the bootstrap node only, flooded to it and
 		// relayed through the mesh. It is published once the new node's
-		// gossip knows a peer on the raw topic: the record can be in every
-		// table before the new node's gossip has exchanged subscriptions.
+		// gossip knows a peer on the raw topic and has its own stream to it
+		// (awaitRawPeer): the record can be in every table before the new
+		// node's gossip has exchanged subscriptions.
 		raws = append(raws, rawGossip(b, ctx, n, w, members, fmt.Sprintf("raw-%d", i)))
 		n.Close()
 	}

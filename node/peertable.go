@@ -373,6 +373,24 @@ func (t *PeerTable) Peers() []PeerInfo {
 	return t.filter(func(*PeerInfo) bool { return true })
 }
 
+// Entries returns the fresh peers' entries, in no order, without copying
+// them: the entries are the table's own and must not be modified. An entry
+// is never changed in place (a new record or connection state replaces
+// it), so a caller that keeps the pointers of an earlier call learns which
+// peers changed since by comparing them.
+func (t *PeerTable) Entries() []*PeerInfo {
+	now := t.clock.Now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]*PeerInfo, 0, len(t.byID))
+	for _, e := range t.byID {
+		if t.fresh(e, now) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
 // Eligible returns the fresh peers that serve workType and carry every one
 // of labels (none means any), ordered by peer ID. Self is never among them.
 func (t *PeerTable) Eligible(workType string, labels []string) []PeerInfo {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -107,6 +108,9 @@ type Dispatcher struct {
 	// every result names its worker and its attempts' peers, and encoding
 	// an ID each time was a measured 11% of Dispatch's CPU under load.
 	names atomic.Pointer[map[string]string]
+	// synced is what the last syncPeers saw, by peer; only syncPeers (on
+	// Run's goroutine, or before Run) uses it.
+	synced map[peer.ID]syncedPeer
 	// metrics counts requests, attempts and polls (see Collector).
 	metrics *dispatchMetrics
 }
@@ -721,24 +725,69 @@ func (d *Dispatcher) report(id string, ok bool, err error) {
 
 // syncPeers hands the peer table's fresh peers to the selector.
 func (d *Dispatcher) syncPeers() {
-	infos := d.node.Peers().Peers()
-	peers := make([]selection.Peer, 0, len(infos))
-	old := d.names.Load()
-	names := make(map[string]string, len(infos))
-	for _, pi := range infos {
-		p := peerOf(pi)
-		peers = append(peers, p)
-		s, ok := "", false
-		if old != nil {
-			s, ok = (*old)[p.ID]
+	entries := d.node.Peers().Entries()
+	if d.synced == nil {
+		d.synced = make(map[peer.ID]syncedPeer, len(entries))
+	}
+	// A peer whose entry is the one of the last sync is unchanged; one with
+	// a new entry (a re-announcement, a connection change) is converted
+	// again, and counts as a change only when what selection uses differs.
+	changed, kept, before := false, 0, len(d.synced)
+	for _, e := range entries {
+		id := e.Data.PeerID
+		old, ok := d.synced[id]
+		if ok {
+			kept++
+			if old.entry == e {
+				continue
+			}
 		}
+		sp := syncedPeer{entry: e, peer: peerOf(*e), name: old.name}
 		if !ok {
-			s = pi.Data.PeerID.String()
+			sp.name = id.String()
+			changed = true
+		} else if !samePeer(old.peer, sp.peer) {
+			changed = true
 		}
-		names[p.ID] = s
+		d.synced[id] = sp
+	}
+	if kept < before { // some peers are gone
+		changed = true
+		present := make(map[peer.ID]struct{}, len(entries))
+		for _, e := range entries {
+			present[e.Data.PeerID] = struct{}{}
+		}
+		for id := range d.synced {
+			if _, ok := present[id]; !ok {
+				delete(d.synced, id)
+			}
+		}
+	}
+	if !changed {
+		return
+	}
+	peers := make([]selection.Peer, 0, len(d.synced))
+	names := make(map[string]string, len(d.synced))
+	for _, sp := range d.synced {
+		peers = append(peers, sp.peer)
+		names[sp.peer.ID] = sp.name
 	}
 	d.names.Store(&names)
 	d.sel.SetPeers(peers)
+}
+
+// syncedPeer is a peer as the dispatcher last synced it: the table entry it
+// came from, its selection candidate and its base58 ID.
+type syncedPeer struct {
+	entry *node.PeerInfo
+	peer  selection.Peer
+	name  string
+}
+
+// samePeer reports whether two candidates are the same to selection.
+func samePeer(a, b selection.Peer) bool {
+	return a.ID == b.ID && a.Load == b.Load && a.Concurrency == b.Concurrency && a.Connected == b.Connected &&
+		slices.Equal(a.Labels, b.Labels) && slices.Equal(a.Types, b.Types)
 }
 
 // idString returns the base58 form of a raw peer ID, from the names of the

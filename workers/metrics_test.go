@@ -84,7 +84,13 @@ type fakePeer struct {
 
 // testDispatcher starts one node with no peers and a dispatcher whose local
 // worker serves echo, then enters the fake peers' records in its table.
-func testDispatcher(t *testing.T, cfg config.Config, peers ...*fakePeer) *Dispatcher {
+func testDispatcher(t testing.TB, cfg config.Config, peers ...*fakePeer) *Dispatcher {
+	t.Helper()
+	return testDispatcherWith(t, cfg, nil, peers...)
+}
+
+// testDispatcherWith is testDispatcher with options for the node.
+func testDispatcherWith(t testing.TB, cfg config.Config, nodeOpts []node.Option, peers ...*fakePeer) *Dispatcher {
 	t.Helper()
 	cfg.Node.Listen = []string{"/ip4/127.0.0.1/udp/0/quic-v1"}
 	cfg.Node.API = ""
@@ -97,7 +103,7 @@ func testDispatcher(t *testing.T, cfg config.Config, peers ...*fakePeer) *Dispat
 	pool, err := NewPool(reg, cfg.Worker, quietLogger())
 	must(t, err)
 	t.Cleanup(func() { _ = pool.Close() })
-	n, err := node.New(context.Background(), cfg.Node, node.WithLogger(quietLogger()))
+	n, err := node.New(context.Background(), cfg.Node, append([]node.Option{node.WithLogger(quietLogger())}, nodeOpts...)...)
 	must(t, err)
 	t.Cleanup(func() { _ = n.Close() })
 	d, err := NewDispatcher(cfg, n, pool, WithDispatchLogger(quietLogger()), WithSelectionOptions(selection.WithSeed(1)))

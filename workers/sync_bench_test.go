@@ -1,0 +1,192 @@
+package workers
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/workmesh/workmesh/config"
+	"github.com/workmesh/workmesh/node"
+)
+
+// BenchmarkDispatcherSyncPeers measures a dispatcher's sync with its peer
+// table of 1,000 peers after one peer's record changed: a re-announcement
+// that changes nothing dispatch uses (a new sequence, every
+// announce-interval from every peer), and a load change, which it uses.
+func BenchmarkDispatcherSyncPeers(b *testing.B) {
+	const n = 1000
+	peers := make([]*fakePeer, n)
+	for i := range peers {
+		peers[i] = &fakePeer{types: []string{"echo"}, labels: []string{fmt.Sprintf("zone-%d", i%3)}}
+	}
+	d := testDispatcher(b, config.Defaults(), peers...)
+	table := d.node.Peers()
+	for _, change := range []string{"reannounce", "load"} {
+		b.Run(change, func(b *testing.B) {
+			for i := 0; b.Loop(); i++ {
+				pi, ok := table.Get(peers[i%n].id)
+				if !ok {
+					b.Fatal("peer not in the table")
+				}
+				sd := node.SignedNodeData{Data: pi.Data, Envelope: pi.Envelope}
+				sd.Data.Sequence++
+				if change == "load" {
+					sd.Data.Load.InFlight = (sd.Data.Load.InFlight + 1) % 4
+				}
+				if ok, err := table.Offer(&sd, sd.Data.PeerID, node.SourceGossip); !ok || err != nil {
+					b.Fatalf("offer: %v %v", ok, err)
+				}
+				d.syncPeers()
+			}
+		})
+	}
+}
+
+// TestDispatcher_SyncPeersFollowsTheTable: the dispatcher's candidates
+// follow its peer table. A record that changes what selection uses (work
+// types, a connection) and a new peer reach the ranking; a re-announcement
+// that changes none of it (a new sequence only) does not rebuild it.
+func TestDispatcher_SyncPeersFollowsTheTable(t *testing.T) {
+	a, b := &fakePeer{types: []string{"echo"}}, &fakePeer{types: []string{"echo"}}
+	d := testDispatcher(t, config.Defaults(), a, b)
+	table := d.node.Peers()
+	ranked := func() []string {
+		var ids []string
+		for _, r := range d.sel.Ranking("echo") {
+			ids = append(ids, peer.ID(r.Peer).String())
+		}
+		slices.Sort(ids)
+		return ids
+	}
+	want := func(ps ...*fakePeer) []string {
+		var ids []string
+		for _, p := range ps {
+			ids = append(ids, p.id.String())
+		}
+		slices.Sort(ids)
+		return ids
+	}
+	offer := func(nd node.NodeData) {
+		t.Helper()
+		if ok, err := table.Offer(&node.SignedNodeData{Data: nd}, nd.PeerID, node.SourceGossip); !ok || err != nil {
+			t.Fatalf("offer %s: %v %v", nd.PeerID, ok, err)
+		}
+	}
+	reannounce := func(p *fakePeer, edit func(*node.NodeData)) {
+		t.Helper()
+		pi, ok := table.Get(p.id)
+		if !ok {
+			t.Fatalf("%s not in the table", p.id)
+		}
+		nd := pi.Data
+		nd.Sequence++
+		if edit != nil {
+			edit(&nd)
+		}
+		offer(nd)
+	}
+	rebuilt := func(ch <-chan struct{}) bool {
+		select {
+		case <-ch:
+			return true
+		default:
+			return false
+		}
+	}
+	if got := ranked(); !slices.Equal(got, want(a, b)) {
+		t.Fatalf("ranking %v, want %v", got, want(a, b))
+	}
+
+	ch := d.sel.Changed()
+	reannounce(a, nil)
+	d.syncPeers()
+	if rebuilt(ch) {
+		t.Error("a re-announcement that changes nothing selection uses rebuilt the ranking")
+	}
+
+	reannounce(b, func(nd *node.NodeData) { nd.WorkTypes = []node.WorkType{{Name: "other"}} })
+	d.syncPeers()
+	if !rebuilt(ch) {
+		t.Error("a change of work types did not rebuild the ranking")
+	}
+	if got := ranked(); !slices.Equal(got, want(a)) {
+		t.Errorf("after b stopped serving echo: ranking %v, want %v", got, want(a))
+	}
+
+	ch = d.sel.Changed()
+	table.SetConnected(a.id, true)
+	d.syncPeers()
+	if !rebuilt(ch) {
+		t.Error("a connection change did not reach selection")
+	}
+
+	key, _, err := crypto.GenerateEd25519Key(nil)
+	must(t, err)
+	c := &fakePeer{types: []string{"echo"}}
+	c.id, err = peer.IDFromPrivateKey(key)
+	must(t, err)
+	offer(node.NodeData{PeerID: c.id, Network: d.node.Network(), Sequence: 1, WorkTypes: []node.WorkType{{Name: "echo"}},
+		Capacity: node.Capacity{MaxConcurrent: 4, QueueSize: 10}})
+	d.syncPeers()
+	if got := ranked(); !slices.Equal(got, want(a, c)) {
+		t.Errorf("after c joined: ranking %v, want %v", got, want(a, c))
+	}
+	if got := d.idString(string(c.id)); got != c.id.String() {
+		t.Errorf("name of c: %q", got)
+	}
+}
+
+// TestDispatcher_SyncPeersDropsExpired: a peer whose record is past its TTL
+// leaves the dispatcher's candidates at the next sync.
+func TestDispatcher_SyncPeersDropsExpired(t *testing.T) {
+	clk := &stepClock{now: time.Now()}
+	a, b := &fakePeer{types: []string{"echo"}}, &fakePeer{types: []string{"echo"}}
+	cfg := config.Defaults()
+	d := testDispatcherWith(t, cfg, []node.Option{node.WithClock(clk)}, a, b)
+	if got := len(d.sel.Ranking("echo")); got != 2 {
+		t.Fatalf("%d ranked, want 2", got)
+	}
+	clk.advance(cfg.Node.RecordTTL / 2)
+	pi, _ := d.node.Peers().Get(a.id)
+	nd := pi.Data
+	nd.Sequence++ // a re-announces, b does not
+	if ok, err := d.node.Peers().Offer(&node.SignedNodeData{Data: nd}, a.id, node.SourceGossip); !ok || err != nil {
+		t.Fatalf("offer: %v %v", ok, err)
+	}
+	clk.advance(cfg.Node.RecordTTL/2 + time.Second)
+	d.syncPeers()
+	r := d.sel.Ranking("echo")
+	if len(r) != 1 || r[0].Peer != string(a.id) {
+		var got []string
+		for _, x := range r {
+			got = append(got, peer.ID(x.Peer).String())
+		}
+		t.Errorf("ranking %v, want only %s (%s expired)", got, a.id, b.id)
+	}
+	if got := d.idString(string(b.id)); got != b.id.String() {
+		t.Errorf("name of the expired peer: %q", got)
+	}
+}
+
+// stepClock is a clock that moves only when told.
+type stepClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *stepClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *stepClock) advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}

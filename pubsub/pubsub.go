@@ -330,6 +330,16 @@ func (a *Announcer) Dropped() (validation, outbound uint64) {
 	return a.droppedValidation.Load(), a.droppedOutbound.Load()
 }
 
+// HasStream reports whether gossipsub's own stream to p is open, so that a
+// message published now is sent to p. A peer's subscription can be known
+// before that stream opens, and gossipsub drops what it would send in
+// between.
+func (a *Announcer) HasStream(p peer.ID) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.peers[p].outbound
+}
+
 // Peers returns the peers known to be subscribed to the topic.
 func (a *Announcer) Peers() []peer.ID { return a.topic.ListPeers() }
 

@@ -41,6 +41,12 @@ type Peer struct {
 	Connected bool
 }
 
+// Equal reports whether p and q are the same candidate: every field equal.
+func (p Peer) Equal(q Peer) bool {
+	return p.ID == q.ID && p.Load == q.Load && p.Concurrency == q.Concurrency && p.Connected == q.Connected &&
+		slices.Equal(p.Labels, q.Labels) && slices.Equal(p.Types, q.Types)
+}
+
 // Option adjusts a Selector.
 type Option func(*Selector) error
 

@@ -87,9 +87,8 @@ func BenchmarkPerfEligibleVsRawGossip(b *testing.B) {
 	for b.Loop() {
 		for i := range iterations {
 			cfg := testNodeConfig(b, spec, boot)
-			w := newOutboundWatch()
 			start := time.Now()
-			n, err := node.New(ctx, cfg, node.WithLogger(testLogger()), w.option())
+			n, err := node.New(ctx, cfg, node.WithLogger(testLogger()))
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -106,7 +105,7 @@ func BenchmarkPerfEligibleVsRawGossip(b *testing.B) {
 			// A measurement pause, not a wait for a condition: the raw
 			// message is sent once the join's own traffic has passed.
 			time.Sleep(300 * time.Millisecond)
-			raw := rawGossip(b, ctx, n, w, members, fmt.Sprintf("raw-%d", i))
+			raw := rawGossip(b, ctx, n, members, fmt.Sprintf("raw-%d", i))
 			elig = append(elig, last.Sub(start))
 			tabled = append(tabled, known.Sub(start))
 			news = append(news, built)

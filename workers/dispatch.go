@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -746,7 +745,7 @@ func (d *Dispatcher) syncPeers() {
 		if !ok {
 			sp.name = id.String()
 			changed = true
-		} else if !samePeer(old.peer, sp.peer) {
+		} else if !old.peer.Equal(sp.peer) {
 			changed = true
 		}
 		d.synced[id] = sp
@@ -782,12 +781,6 @@ type syncedPeer struct {
 	entry *node.PeerInfo
 	peer  selection.Peer
 	name  string
-}
-
-// samePeer reports whether two candidates are the same to selection.
-func samePeer(a, b selection.Peer) bool {
-	return a.ID == b.ID && a.Load == b.Load && a.Concurrency == b.Concurrency && a.Connected == b.Connected &&
-		slices.Equal(a.Labels, b.Labels) && slices.Equal(a.Types, b.Types)
 }
 
 // idString returns the base58 form of a raw peer ID, from the names of the

@@ -607,7 +607,6 @@ func (c *Client) exchange(str network.Stream, req *Request, acceptBy time.Time) 
 	// came in before it: that ends a blocked write as well as a pending
 	// read, on every transport (go-libp2p's mock network ignores stream
 	// deadlines), and costs no deadline to set and lift on each call.
-	accepting := false
 	// acceptState is waiting until the first frame is in (then in) or the
 	// accept timeout passed first (then expired).
 	var acceptState atomic.Int32
@@ -616,7 +615,6 @@ func (c *Client) exchange(str network.Stream, req *Request, acceptBy time.Time) 
 		// its connection, writing the request can block (no stream
 		// credit, no acknowledgements) until the whole deadline, which is
 		// what the accept timeout exists to prevent.
-		accepting = true
 		timer := time.AfterFunc(time.Until(acceptBy), func() {
 			if acceptState.CompareAndSwap(acceptWaiting, acceptExpired) {
 				_ = str.Reset()
@@ -625,7 +623,7 @@ func (c *Client) exchange(str network.Stream, req *Request, acceptBy time.Time) 
 		defer timer.Stop()
 	}
 	// An error after the timer fired is the accept timeout's reset.
-	timedOut := func() bool { return accepting && acceptState.Load() == acceptExpired }
+	timedOut := func() bool { return acceptState.Load() == acceptExpired }
 
 	buf := getBuf()
 	*buf = appendRequest((*buf)[:0], req)

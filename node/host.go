@@ -2,21 +2,36 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
 
 	"github.com/libp2p/go-libp2p"
+	libp2pconfig "github.com/libp2p/go-libp2p/config"
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
+	"github.com/libp2p/go-libp2p/core/sec"
+	bhost "github.com/libp2p/go-libp2p/p2p/host/basic"
+	"github.com/libp2p/go-libp2p/p2p/host/eventbus"
+	"github.com/libp2p/go-libp2p/p2p/host/observedaddrs"
+	"github.com/libp2p/go-libp2p/p2p/host/peerstore/pstoremem"
 	rcmgr "github.com/libp2p/go-libp2p/p2p/host/resource-manager"
+	"github.com/libp2p/go-libp2p/p2p/muxer/yamux"
+	"github.com/libp2p/go-libp2p/p2p/net/connmgr"
+	"github.com/libp2p/go-libp2p/p2p/net/swarm"
+	"github.com/libp2p/go-libp2p/p2p/net/upgrader"
+	"github.com/libp2p/go-libp2p/p2p/security/noise"
+	tls "github.com/libp2p/go-libp2p/p2p/security/tls"
 	quic "github.com/libp2p/go-libp2p/p2p/transport/quic"
+	"github.com/libp2p/go-libp2p/p2p/transport/quicreuse"
 	"github.com/libp2p/go-libp2p/p2p/transport/tcp"
 	ma "github.com/multiformats/go-multiaddr"
 	msmux "github.com/multiformats/go-multistream"
+	quicgo "github.com/quic-go/quic-go"
 )
 
 // Resource-manager service names of workmesh's own protocols.
@@ -72,34 +87,177 @@ func newResourceManager(netName string) (network.ResourceManager, error) {
 }
 
 // newHost builds the libp2p host: QUIC always, TCP only when a listen or
-// bootstrap address uses it, no relay, no NAT port mapping, no metrics.
-func newHost(key crypto.PrivKey, netName, version string, listen []ma.Multiaddr, tcpWanted bool) (host.Host, error) {
+// bootstrap address uses it, no relay, no NAT port mapping, no AutoNAT, no
+// metrics, and go-libp2p's default connection manager (160 to 192
+// connections) and identify with observed-address discovery.
+//
+// It assembles the host from go-libp2p's parts (peerstore, event bus,
+// swarm, transports, basic host) as libp2p.New would with these options,
+// but without libp2p.New's dependency-injection container: building that
+// graph cost about 2ms of CPU per host, half of a node's start, which sits
+// on the path of every join (README, performance). Without libp2p.New the
+// event bus also carries no metrics tracer, which libp2p.New attaches even
+// with metrics disabled.
+func newHost(key crypto.PrivKey, netName, version string, listen []ma.Multiaddr, tcpWanted bool) (_ host.Host, err error) {
+	// closers undo, in reverse, what was built when a later step fails;
+	// once the basic host exists, its Close takes over the parts it owns.
+	var closers []func() error
+	defer func() {
+		if err != nil {
+			for i := len(closers) - 1; i >= 0; i-- {
+				_ = closers[i]()
+			}
+		}
+	}()
 	rm, err := newResourceManager(netName)
 	if err != nil {
 		return nil, err
 	}
-	opts := []libp2p.Option{
-		libp2p.Identity(key),
-		libp2p.ListenAddrs(listen...),
-		libp2p.Transport(quic.NewTransport),
-		libp2p.ResourceManager(rm),
-		libp2p.DisableMetrics(),
-		libp2p.DisableRelay(),
-		libp2p.Ping(false), // the health protocol is workmesh's ping
-		libp2p.UserAgent("workmesh/" + version),
+	closers = append(closers, rm.Close)
+	pid, err := peer.IDFromPrivateKey(key)
+	if err != nil {
+		return nil, fmt.Errorf("libp2p host: peer ID: %w", err)
+	}
+	ps, err := pstoremem.NewPeerstore()
+	if err != nil {
+		return nil, fmt.Errorf("libp2p host: peerstore: %w", err)
+	}
+	closers = append(closers, ps.Close)
+	if err := ps.AddPrivKey(pid, key); err != nil {
+		return nil, fmt.Errorf("libp2p host: peerstore: %w", err)
+	}
+	if err := ps.AddPubKey(pid, key.GetPublic()); err != nil {
+		return nil, fmt.Errorf("libp2p host: peerstore: %w", err)
+	}
+	bus := eventbus.NewBus()
+
+	reuse, err := newQUICConnManager(key, rm)
+	if err != nil {
+		return nil, fmt.Errorf("libp2p host: quic: %w", err)
+	}
+	closers = append(closers, reuse.Close)
+	sw, err := swarm.NewSwarm(pid, ps, bus,
+		swarm.WithResourceManager(rm),
 		// QUIC is the transport workmesh relies on; a "UDP black hole"
 		// verdict after a few failed dials would cut a node off entirely.
-		libp2p.UDPBlackHoleSuccessCounter(nil),
+		swarm.WithUDPBlackHoleSuccessCounter(nil))
+	if err != nil {
+		return nil, fmt.Errorf("libp2p host: swarm: %w", err)
+	}
+	closers = append(closers, sw.Close)
+	qt, err := quic.NewTransport(key, reuse, nil, nil, rm)
+	if err != nil {
+		return nil, fmt.Errorf("libp2p host: quic: %w", err)
+	}
+	if err := sw.AddTransport(qt); err != nil {
+		return nil, fmt.Errorf("libp2p host: quic: %w", err)
 	}
 	if tcpWanted {
-		opts = append(opts, libp2p.Transport(tcp.NewTCPTransport))
+		tt, err := newTCPTransport(key, rm)
+		if err != nil {
+			return nil, fmt.Errorf("libp2p host: tcp: %w", err)
+		}
+		if err := sw.AddTransport(tt); err != nil {
+			return nil, fmt.Errorf("libp2p host: tcp: %w", err)
+		}
 	}
-	h, err := libp2p.New(opts...)
+	observed, err := observedaddrs.NewManager(bus, sw)
 	if err != nil {
-		rm.Close()
+		return nil, fmt.Errorf("libp2p host: observed addresses: %w", err)
+	}
+	closers = append(closers, observed.Close)
+	cm, err := connmgr.NewConnManager(160, 192)
+	if err != nil {
+		return nil, fmt.Errorf("libp2p host: connection manager: %w", err)
+	}
+	closers = append(closers, cm.Close)
+	bh, err := bhost.NewHost(sw, &bhost.HostOpts{
+		EventBus:             bus,
+		ConnManager:          cm,
+		UserAgent:            "workmesh/" + version,
+		ObservedAddrsManager: observed,
+		// No ping service: the health protocol is workmesh's ping.
+	})
+	if err != nil {
 		return nil, fmt.Errorf("libp2p host: %w", err)
 	}
+	h := &ownedHost{BasicHost: bh, after: []func() error{observed.Close, reuse.Close}}
+	closers = []func() error{h.Close}
+	if err := sw.Listen(listen...); err != nil {
+		return nil, fmt.Errorf("libp2p host: listen: %w", err)
+	}
+	observed.Start(sw)
+	bh.Start()
 	return h, nil
+}
+
+// ownedHost is a basic host together with the parts it does not close
+// itself.
+type ownedHost struct {
+	*bhost.BasicHost
+	after []func() error // closed after the host, in order
+}
+
+// Close closes the host (its swarm, connections, peerstore, resource and
+// connection managers), then the observed-address manager and the QUIC
+// sockets.
+func (h *ownedHost) Close() error {
+	err := h.BasicHost.Close()
+	for _, c := range h.after {
+		err = errors.Join(err, c())
+	}
+	return err
+}
+
+// newQUICConnManager returns the QUIC socket manager, set up as libp2p.New
+// sets it up: the stateless-reset and token keys derive from the host key,
+// and each inbound connection is admitted by the resource manager before
+// its handshake.
+func newQUICConnManager(key crypto.PrivKey, rm network.ResourceManager) (*quicreuse.ConnManager, error) {
+	resetKey, err := libp2pconfig.PrivKeyToStatelessResetKey(key)
+	if err != nil {
+		return nil, err
+	}
+	tokenKey, err := libp2pconfig.PrivKeyToTokenGeneratorKey(key)
+	if err != nil {
+		return nil, err
+	}
+	return quicreuse.NewConnManager(resetKey, tokenKey,
+		quicreuse.ConnContext(func(ctx context.Context, ci *quicgo.ClientInfo) (context.Context, error) {
+			// The resource manager decides about a connection whose
+			// address does not convert, too.
+			addr, err := quicreuse.ToQuicMultiaddr(ci.RemoteAddr, quicgo.Version1)
+			if err != nil {
+				addr = nil
+			}
+			scope, err := rm.OpenConnection(network.DirInbound, false, addr)
+			if err != nil {
+				return ctx, err
+			}
+			ctx = network.WithConnManagementScope(ctx, scope)
+			context.AfterFunc(ctx, scope.Done)
+			return ctx, nil
+		}),
+		quicreuse.VerifySourceAddress(rm.VerifySourceAddress))
+}
+
+// newTCPTransport returns a TCP transport upgraded as libp2p.New's default
+// would: TLS, then Noise, for security, and yamux for streams.
+func newTCPTransport(key crypto.PrivKey, rm network.ResourceManager) (*tcp.TcpTransport, error) {
+	muxers := []upgrader.StreamMuxer{{ID: yamux.ID, Muxer: yamux.DefaultTransport}}
+	tlsSec, err := tls.New(tls.ID, key, muxers)
+	if err != nil {
+		return nil, err
+	}
+	noiseSec, err := noise.New(noise.ID, key, muxers)
+	if err != nil {
+		return nil, err
+	}
+	up, err := upgrader.New([]sec.SecureTransport{tlsSec, noiseSec}, muxers, nil, rm, nil)
+	if err != nil {
+		return nil, err
+	}
+	return tcp.NewTCPTransport(up, rm, nil)
 }
 
 // usesTCP reports whether any of the multiaddrs is a TCP address.

@@ -1,0 +1,151 @@
+package node
+
+import (
+	"context"
+	"net"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+	ma "github.com/multiformats/go-multiaddr"
+)
+
+// TestHost_TCPCarriesWorkmeshProtocols: a node listening on TCP only is
+// reached over TCP (TLS or Noise, yamux) and answers health pings there;
+// a node listening on QUIC and TCP is reached over either.
+func TestHost_TCPCarriesWorkmeshProtocols(t *testing.T) {
+	cfgA := testConfig(t)
+	cfgA.Listen = []string{"/ip4/127.0.0.1/udp/0/quic-v1", "/ip4/127.0.0.1/tcp/0"}
+	a := startTestNode(t, cfgA)
+	cfgB := testConfig(t)
+	cfgB.Listen = []string{"/ip4/127.0.0.1/tcp/0"}
+	b := startTestNode(t, cfgB)
+
+	for _, proto := range []int{ma.P_TCP, ma.P_QUIC_V1} {
+		var addrs []ma.Multiaddr
+		for _, addr := range a.Host().Addrs() {
+			if _, err := addr.ValueForProtocol(proto); err == nil {
+				addrs = append(addrs, addr)
+			}
+		}
+		if len(addrs) == 0 {
+			t.Fatalf("node A has no %s address: %v", ma.ProtocolWithCode(proto).Name, a.Host().Addrs())
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		// A node has a TCP transport when it listens on TCP or
+		// bootstraps through a TCP address.
+		cfgC := testConfig(t)
+		cfgC.Listen = cfgA.Listen
+		c := startTestNode(t, cfgC)
+		if err := c.Host().Connect(ctx, peer.AddrInfo{ID: a.ID(), Addrs: addrs}); err != nil {
+			cancel()
+			t.Fatalf("connect over %s: %v", ma.ProtocolWithCode(proto).Name, err)
+		}
+		if _, _, err := c.Ping(ctx, a.ID()); err != nil {
+			t.Errorf("ping over %s: %v", ma.ProtocolWithCode(proto).Name, err)
+		}
+		cancel()
+	}
+
+	// b listens on TCP alone, and is dialed there.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := a.Host().Connect(ctx, peer.AddrInfo{ID: b.ID(), Addrs: b.Host().Addrs()}); err != nil {
+		t.Fatalf("connect to a TCP-only node: %v", err)
+	}
+	conns := a.Host().Network().ConnsToPeer(b.ID())
+	if len(conns) == 0 {
+		t.Fatal("no connection to the TCP-only node")
+	}
+	if _, err := conns[0].RemoteMultiaddr().ValueForProtocol(ma.P_TCP); err != nil {
+		t.Errorf("connection to the TCP-only node runs over %s", conns[0].RemoteMultiaddr())
+	}
+	if _, _, err := a.Ping(ctx, b.ID()); err != nil {
+		t.Errorf("ping a TCP-only node: %v", err)
+	}
+}
+
+// TestHost_Identity: peers learn the node's user agent by identify, and
+// the host serves no libp2p ping (the health protocol is workmesh's).
+func TestHost_Identity(t *testing.T) {
+	a := startTestNode(t, testConfig(t), WithVersion("1.2.3"))
+	b := startTestNode(t, testConfig(t))
+	connect(t, b, a)
+	waitForCond(t, "identify of node A", func() bool {
+		protos, _ := b.Host().Peerstore().GetProtocols(a.ID())
+		return slices.Contains(protos, HealthProtocol(testNetwork))
+	})
+	av, err := b.Host().Peerstore().Get(a.ID(), "AgentVersion")
+	if err != nil || av != "workmesh/1.2.3" {
+		t.Errorf("agent version %v (%v), want workmesh/1.2.3", av, err)
+	}
+	protos, _ := b.Host().Peerstore().GetProtocols(a.ID())
+	for _, p := range protos {
+		if strings.HasPrefix(string(p), "/ipfs/ping/") {
+			t.Errorf("node serves libp2p ping %s", p)
+		}
+	}
+}
+
+// TestHost_CloseReleasesEverything: a closed node gives back its UDP and
+// TCP ports and stops every goroutine its host started.
+func TestHost_CloseReleasesEverything(t *testing.T) {
+	// One node first, so that goroutines started once per process (the
+	// QUIC and DNS machinery's) are not counted against the hosts.
+	startTestNode(t, testConfig(t))
+	before := runtime.NumGoroutine()
+	for range 5 {
+		cfg := testConfig(t)
+		cfg.Listen = []string{"/ip4/127.0.0.1/udp/0/quic-v1", "/ip4/127.0.0.1/tcp/0"}
+		n, err := New(context.Background(), cfg, WithLogger(quietLogger()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		addrs := n.Host().Network().ListenAddresses()
+		if err := n.Close(); err != nil {
+			t.Fatalf("close: %v", err)
+		}
+		for _, addr := range addrs {
+			network, hostport := "udp", ""
+			if port, err := addr.ValueForProtocol(ma.P_TCP); err == nil {
+				network, hostport = "tcp", "127.0.0.1:"+port
+			} else if port, err := addr.ValueForProtocol(ma.P_UDP); err == nil {
+				hostport = "127.0.0.1:" + port
+			}
+			if network == "udp" {
+				pc, err := net.ListenPacket("udp", hostport)
+				if err != nil {
+					t.Fatalf("UDP port of %s still held after Close: %v", addr, err)
+				}
+				pc.Close()
+				continue
+			}
+			ln, err := net.Listen("tcp", hostport)
+			if err != nil {
+				t.Fatalf("TCP port of %s still held after Close: %v", addr, err)
+			}
+			ln.Close()
+		}
+	}
+	// Goroutines end shortly after Close returns (some wind down on a
+	// closed channel or socket): wait for the count to come back.
+	waitForCond(t, "the closed hosts' goroutines to end", func() bool {
+		return runtime.NumGoroutine() <= before
+	})
+}
+
+// waitForCond checks cond every 10ms for at most 10s.
+func waitForCond(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<20)
+			t.Fatalf("timed out waiting for %s; goroutines:\n%s", what, buf[:runtime.Stack(buf, true)])
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

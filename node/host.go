@@ -52,8 +52,7 @@ var (
 // newResourceManager returns libp2p's default limits plus explicit ones for
 // the health and nodedata protocols. Its metrics are off: with them on, the
 // resource manager's stats reporter formats timestamps on every scope
-// change, a measured 16-19% of CPU under load, and libp2p.DisableMetrics
-// does not reach a resource manager built outside libp2p.New.
+// change, a measured 16-19% of CPU under load.
 func newResourceManager(netName string) (network.ResourceManager, error) {
 	limits := rcmgr.DefaultLimits
 	// DefaultLimits is a package variable whose maps the Add* methods
@@ -94,8 +93,8 @@ func newResourceManager(netName string) (network.ResourceManager, error) {
 // It assembles the host from go-libp2p's parts (peerstore, event bus,
 // swarm, transports, basic host) as libp2p.New would with these options,
 // but without libp2p.New's dependency-injection container: building that
-// graph cost about 2ms of CPU per host, half of a node's start, which sits
-// on the path of every join (README, performance). Without libp2p.New the
+// graph cost about 3ms of CPU per host, more than half of a node's start,
+// which sits on the path of every join (README, performance). Without libp2p.New the
 // event bus also carries no metrics tracer, which libp2p.New attaches even
 // with metrics disabled.
 func newHost(key crypto.PrivKey, netName, version string, listen []ma.Multiaddr, tcpWanted bool) (_ host.Host, err error) {

@@ -135,6 +135,10 @@ type PeerTable struct {
 	// rejectsBy counts the same rejections by source, then reason.
 	rejectsBy [numSources][len(rejectNames)]atomic.Uint64
 
+	// additions counts the peers entered into the table (a peer expired
+	// and entered again counts again); see Additions.
+	additions atomic.Uint64
+
 	mu sync.Mutex // guards what follows
 	// byID holds every record not yet expired. An entry is never changed
 	// in place: an edit replaces it, so a snapshot may share entries.
@@ -239,6 +243,9 @@ func (t *PeerTable) Offer(sd *SignedNodeData, from peer.ID, src Source) (bool, e
 		return false, err
 	}
 	delete(t.tombstones, id)
+	if _, ok := t.byID[id]; !ok {
+		t.additions.Add(1)
+	}
 	t.byID[id] = &PeerInfo{
 		Data:      sd.Data,
 		Envelope:  sd.Envelope,
@@ -453,6 +460,14 @@ func (t *PeerTable) Expire() int {
 	}
 	t.publishLocked()
 	return len(gone)
+}
+
+// Additions returns how many times a peer has entered the table (a peer
+// that expired and came back counts twice). A reader that noted it before
+// reading the table learns, by comparing, whether a new peer arrived since,
+// without reading the table again.
+func (t *PeerTable) Additions() uint64 {
+	return t.additions.Load()
 }
 
 // Changed returns a channel that is closed at the next change of the table

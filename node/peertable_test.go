@@ -325,3 +325,34 @@ func TestRejectErrorUnwraps(t *testing.T) {
 		t.Errorf("%v does not unwrap to both ErrRejected and its detail", err)
 	}
 }
+
+// TestPeerTableAdditions: Additions counts peers entering the table: not a
+// newer record, a connection change or a refused record, but a peer that
+// comes back after expiring.
+func TestPeerTableAdditions(t *testing.T) {
+	clock := newFakeClock()
+	tb, _ := newTestTable(t, clock)
+	a, b := newPeerKey(t), newPeerKey(t)
+	want := func(n uint64, after string) {
+		t.Helper()
+		if got := tb.Additions(); got != n {
+			t.Errorf("after %s: Additions %d, want %d", after, got, n)
+		}
+	}
+	want(0, "nothing")
+	submit(t, tb, a.record(t, 1))
+	want(1, "A entered")
+	submit(t, tb, a.record(t, 2))
+	tb.SetConnected(a.id, true)
+	submit(t, tb, a.record(t, 1))
+	want(1, "A's newer record, connection and replayed record")
+	submit(t, tb, b.record(t, 1))
+	want(2, "B entered")
+	clock.Advance(testTTL)
+	if n := tb.Expire(); n != 2 {
+		t.Fatalf("Expire removed %d, want 2", n)
+	}
+	want(2, "both expired")
+	submit(t, tb, a.record(t, 3))
+	want(3, "A came back")
+}

@@ -110,6 +110,11 @@ type Dispatcher struct {
 	// synced is what the last syncPeers saw, by peer; only syncPeers (on
 	// Run's goroutine, or before Run) uses it.
 	synced map[peer.ID]syncedPeer
+	// syncedAdds is the peer table's Additions as the last syncPeers began:
+	// a different count means a peer arrived since (same owner as synced).
+	syncedAdds uint64
+	// syncDelay spaces out syncs during a burst of table changes; see Run.
+	syncDelay time.Duration
 	// metrics counts requests, attempts and polls (see Collector).
 	metrics *dispatchMetrics
 }
@@ -171,6 +176,7 @@ func NewDispatcher(cfg config.Config, n *node.Node, pool *Pool, opts ...Dispatch
 	d := &Dispatcher{
 		cfg: cfg, node: n, sel: sel, client: client, pool: pool, log: o.log,
 		prefix: id[max(0, len(id)-6):] + "-", debug: debug, metrics: newDispatchMetrics(),
+		syncDelay: defaultSyncDelay,
 	}
 	sel.Liveness().OnTransition(d.metrics.transition)
 	return d, nil
@@ -615,6 +621,10 @@ func requestTimeout(req WorkRequest) time.Duration {
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
+// defaultSyncDelay spaces out a dispatcher's peer syncs during a burst of
+// peer table changes.
+const defaultSyncDelay = 5 * time.Millisecond
+
 // Run keeps the selection core in step with the network until ctx ends: it
 // feeds the peer table's changes to the selector, polls peers' health as
 // liveness asks (which is also how unreachable peers are redialed), and
@@ -624,13 +634,13 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	const tick = 50 * time.Millisecond
-	const syncDelay = 5 * time.Millisecond
 	ticker := time.NewTicker(tick)
 	defer ticker.Stop()
 	table := d.node.Peers()
 	changed := table.Changed()
 	d.syncPeers()
 	var syncC <-chan time.Time // running while syncs are spaced out
+	var addC <-chan time.Time  // running while syncs for new peers are
 	syncPending := false       // a change arrived since the last sync
 	var mu sync.Mutex
 	polling := map[string]bool{}
@@ -640,23 +650,33 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-changed:
-			// The first change is taken at once, so that a new peer is
-			// eligible as its record arrives; the changes that follow
-			// within syncDelay are taken together at its end, which
-			// bounds the syncs during a burst.
+			// The first change is taken at once; the changes that
+			// follow within syncDelay are taken together at its end,
+			// which bounds the syncs during a burst. A new peer is
+			// taken at once too, so that it is eligible as its record
+			// arrives even while other peers' changes (load, connection
+			// state) keep the window running; new peers have a window
+			// of their own, which bounds the syncs while a network
+			// forms.
 			changed = table.Changed()
-			if syncC == nil {
+			switch {
+			case syncC == nil:
 				d.syncPeers()
-				syncC = time.After(syncDelay)
-			} else {
+				syncC = time.After(d.syncDelay)
+			case addC == nil && table.Additions() != d.syncedAdds:
+				d.syncPeers()
+				addC = time.After(d.syncDelay)
+			default:
 				syncPending = true
 			}
+		case <-addC:
+			addC = nil
 		case <-syncC:
 			syncC = nil
 			if syncPending {
 				syncPending = false
 				d.syncPeers()
-				syncC = time.After(syncDelay)
+				syncC = time.After(d.syncDelay)
 			}
 		case <-ticker.C:
 			d.sel.MaybeRefresh()
@@ -724,6 +744,9 @@ func (d *Dispatcher) report(id string, ok bool, err error) {
 
 // syncPeers hands the peer table's fresh peers to the selector.
 func (d *Dispatcher) syncPeers() {
+	// Noted before reading, so that a peer entered meanwhile is synced
+	// again rather than missed.
+	d.syncedAdds = d.node.Peers().Additions()
 	entries := d.node.Peers().Entries()
 	if d.synced == nil {
 		d.synced = make(map[peer.ID]syncedPeer, len(entries))

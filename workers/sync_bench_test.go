@@ -1,6 +1,7 @@
 package workers
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"sync"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/workmesh/workmesh/config"
 	"github.com/workmesh/workmesh/node"
+	"github.com/workmesh/workmesh/selection"
 )
 
 // BenchmarkDispatcherSyncPeers measures a dispatcher's sync with its peer
@@ -191,4 +193,79 @@ func (c *fakeClock) Advance(d time.Duration) {
 	c.mu.Lock()
 	c.now = c.now.Add(d)
 	c.mu.Unlock()
+}
+
+// TestDispatcher_NewPeerSyncedDuringABurst: while the changes of known
+// peers are being spaced out (Run's sync window, here an hour long), a new
+// peer still reaches selection as its record arrives.
+func TestDispatcher_NewPeerSyncedDuringABurst(t *testing.T) {
+	a := &fakePeer{types: []string{"echo"}}
+	d := testDispatcher(t, config.Defaults(), a)
+	d.syncDelay = time.Hour
+	table := d.node.Peers()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	})
+	// awaitRanked waits (10s at most) until the echo ranking satisfies ok.
+	awaitRanked := func(what string, ok func([]selection.Ranked) bool) {
+		t.Helper()
+		deadline := time.After(10 * time.Second)
+		for {
+			ch := d.sel.Changed()
+			if ok(d.sel.Ranking("echo")) {
+				return
+			}
+			select {
+			case <-ch:
+			case <-deadline:
+				var got []string
+				for _, r := range d.sel.Ranking("echo") {
+					got = append(got, peer.ID(r.Peer).String()+" "+r.State.String())
+				}
+				t.Fatalf("%s: not in the ranking after 10s: %v", what, got)
+			}
+		}
+	}
+	has := func(id peer.ID, state selection.State) func([]selection.Ranked) bool {
+		return func(rs []selection.Ranked) bool {
+			return slices.ContainsFunc(rs, func(r selection.Ranked) bool { return r.Peer == string(id) && r.State == state })
+		}
+	}
+	offer := func(nd node.NodeData) {
+		t.Helper()
+		if ok, err := table.Offer(&node.SignedNodeData{Data: nd}, nd.PeerID, node.SourceGossip); !ok || err != nil {
+			t.Fatalf("offer %s: %v %v", nd.PeerID, ok, err)
+		}
+	}
+	newPeer := func() node.NodeData {
+		key, _, err := crypto.GenerateEd25519Key(nil)
+		must(t, err)
+		id, err := peer.IDFromPrivateKey(key)
+		must(t, err)
+		return node.NodeData{PeerID: id, Network: d.node.Network(), Sequence: 1, WorkTypes: []node.WorkType{{Name: "echo"}},
+			Capacity: node.Capacity{MaxConcurrent: 4, QueueSize: 10}}
+	}
+	awaitRanked("a", has(a.id, selection.StateAlive))
+
+	// A change of a is synced at once and opens the window; a's next
+	// change waits for the window's end.
+	pi, _ := table.Get(a.id)
+	nd := pi.Data
+	nd.Sequence++
+	nd.WorkTypes = append(nd.WorkTypes, node.WorkType{Name: "other"})
+	offer(nd)
+	awaitRanked("a's first change", func(rs []selection.Ranked) bool { return len(d.sel.Ranking("other")) == 1 })
+	nd.Sequence++
+	offer(nd)
+
+	// A new peer does not wait.
+	b := newPeer()
+	offer(b)
+	awaitRanked("new peer b", has(b.PeerID, selection.StateAlive))
 }

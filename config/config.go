@@ -58,6 +58,10 @@ type NodeConfig struct {
 	LogLevel string `koanf:"log-level"`
 	// LogFormat is text or json.
 	LogFormat string `koanf:"log-format"`
+	// DrainTimeout bounds how long a stopping node (SIGINT or SIGTERM to
+	// `node start`) waits for its work in progress after withdrawing its
+	// work types; 0 stops at once, cancelling that work.
+	DrainTimeout time.Duration `koanf:"drain-timeout"`
 }
 
 // WorkerConfig bounds how a request is sent to workers. The names and the
@@ -250,6 +254,7 @@ func Defaults() Config {
 			RecordTTL:        30 * time.Second,
 			LogLevel:         "info",
 			LogFormat:        "text",
+			DrainTimeout:     10 * time.Second,
 		},
 		Worker: WorkerConfig{
 			WorkerTimeout:         500 * time.Millisecond,

@@ -23,6 +23,7 @@ var pinnedDefaults = map[string]any{
 	"record-ttl":        30 * time.Second,
 	"log-level":         "info",
 	"log-format":        "text",
+	"drain-timeout":     10 * time.Second,
 
 	"worker-timeout":          500 * time.Millisecond,
 	"worker-response-timeout": 250 * time.Millisecond,
@@ -85,7 +86,7 @@ var pinnedFields = map[string]int{
 	"FaultConfig":          3,
 	"HTTPConfig":           2,
 	"JSONRPCConfig":        3,
-	"NodeConfig":           11,
+	"NodeConfig":           12,
 	"WorkerConfig":         9,
 	"SelectionConfig":      1,
 	"LivenessConfig":       5,

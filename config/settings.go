@@ -29,6 +29,7 @@ var help = map[string]string{
 	"record-ttl":        "how long a peer's NodeData stays fresh without a newer one; must exceed announce-interval",
 	"log-level":         "log level (a logrus level): trace, debug, info, warn or error",
 	"log-format":        "log format: text or json",
+	"drain-timeout":     "on SIGINT or SIGTERM, how long node start waits for work in progress after withdrawing its work types; 0 stops at once",
 
 	"worker-timeout":          "upper bound on one remote attempt, from sending the request to its result; a request with a longer timeout of its own lifts it",
 	"worker-response-timeout": "upper bound on the wait for a remote worker to accept a request; at most worker-timeout",

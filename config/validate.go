@@ -131,6 +131,7 @@ func (n *NodeConfig) Validate() error {
 	if n.LogFormat != "text" && n.LogFormat != "json" {
 		c.failf("log-format %q is not one of text, json", n.LogFormat)
 	}
+	notNegative(&c, "drain-timeout", n.DrainTimeout)
 	return c.join()
 }
 

@@ -124,6 +124,7 @@ func TestValidate_Bounds(t *testing.T) {
 		{"record-ttl not above announce-interval", func(c *Config) { c.Node.RecordTTL = 10 * time.Second }, "record-ttl 10s must be > announce-interval 10s"},
 		{"log-level", func(c *Config) { c.Node.LogLevel = "verbose" }, `log-level "verbose" is not one of`},
 		{"log-format", func(c *Config) { c.Node.LogFormat = "xml" }, `log-format "xml" is not one of text, json`},
+		{"drain-timeout negative", func(c *Config) { c.Node.DrainTimeout = -time.Second }, "drain-timeout -1s must be >= 0"},
 		{"worker-timeout negative", func(c *Config) { c.Worker.WorkerTimeout = -time.Second }, "worker-timeout -1s must be > 0"},
 		{"worker-response-timeout negative", func(c *Config) { c.Worker.WorkerResponseTimeout = -time.Second }, "worker-response-timeout -1s must be > 0"},
 		{"worker-response-timeout above worker-timeout", func(c *Config) { c.Worker.WorkerResponseTimeout = time.Second }, "worker-response-timeout 1s must be <= worker-timeout 500ms"},

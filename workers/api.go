@@ -117,8 +117,9 @@ type APIStats struct {
 	ByStatus map[Status]uint64 `json:"by_status"`
 	// ByReason counts requests that did not succeed by why:
 	// bad_request, body_too_large, method_not_allowed (not dispatched);
-	// no_worker (unavailable), work_failed (a worker said the work cannot
-	// succeed), all_attempts_failed, timeout.
+	// no_worker (unavailable), shutting_down (unavailable: the node is
+	// stopping), work_failed (a worker said the work cannot succeed),
+	// all_attempts_failed, timeout.
 	ByReason map[string]uint64 `json:"by_reason"`
 }
 
@@ -128,6 +129,7 @@ const (
 	reasonTooLarge     = "body_too_large"
 	reasonMethod       = "method_not_allowed"
 	reasonNoWorker     = "no_worker"
+	reasonShutdown     = "shutting_down"
 	reasonWorkFailed   = "work_failed"
 	reasonAllFailed    = "all_attempts_failed"
 	reasonTimeout      = "timeout"
@@ -323,6 +325,9 @@ func classify(res WorkResult) (int, string) {
 		}
 		return http.StatusUnprocessableEntity, reasonAllFailed
 	case StatusUnavailable:
+		if res.Error == ErrShuttingDown {
+			return http.StatusServiceUnavailable, reasonShutdown
+		}
 		return http.StatusServiceUnavailable, reasonNoWorker
 	case StatusTimeout:
 		return http.StatusGatewayTimeout, reasonTimeout

@@ -255,6 +255,19 @@ func TestAPIStatsEndpoint(t *testing.T) {
 	}
 }
 
+// TestAPIShuttingDownCountedApart: a request a stopping node refused is a
+// 503 counted as shutting_down, not as a missing worker.
+func TestAPIShuttingDownCountedApart(t *testing.T) {
+	a, _ := newTestAPI(t, WorkResult{RequestID: "r1", Status: StatusUnavailable, Error: ErrShuttingDown})
+	w := apiDo(t, a, http.MethodPost, WorkPath, `{"type":"echo","payload":"x"}`)
+	if w.Code != http.StatusServiceUnavailable || !strings.Contains(w.Body.String(), "shutting down") {
+		t.Errorf("code %d, body %s; want 503 saying the node is shutting down", w.Code, w.Body)
+	}
+	if st := a.Stats(); st.ByReason[reasonShutdown] != 1 || st.ByReason[reasonNoWorker] != 0 {
+		t.Errorf("by reason %v, want shutting_down 1", st.ByReason)
+	}
+}
+
 func TestAPIRegisterMountsBothPaths(t *testing.T) {
 	a, _ := newTestAPI(t, WorkResult{Status: StatusOK})
 	mux := http.NewServeMux()

@@ -117,6 +117,8 @@ type Dispatcher struct {
 	syncDelay time.Duration
 	// metrics counts requests, attempts and polls (see Collector).
 	metrics *dispatchMetrics
+	// requests admits Dispatch calls until Drain shuts it.
+	requests workGate
 }
 
 // DispatcherOption adjusts a Dispatcher.
@@ -198,11 +200,17 @@ type attemptResult struct {
 // when every attempt it started has ended.
 func (d *Dispatcher) Dispatch(ctx context.Context, req WorkRequest) WorkResult {
 	start := time.Now()
-	d.metrics.inFlight.Add(1)
-	defer d.metrics.inFlight.Add(-1)
 	if req.ID == "" {
 		req.ID = d.prefix + strconv.FormatUint(d.seq.Add(1), 10)
 	}
+	if !d.requests.enter() {
+		res := WorkResult{RequestID: req.ID, Status: StatusUnavailable, Error: ErrShuttingDown, Duration: time.Since(start)}
+		d.observe(req, res, nil)
+		return res
+	}
+	defer d.requests.leave()
+	d.metrics.inFlight.Add(1)
+	defer d.metrics.inFlight.Add(-1)
 	timeout := req.Timeout
 	if timeout <= 0 {
 		timeout = DefaultRequestTimeout
@@ -226,6 +234,18 @@ func (d *Dispatcher) Dispatch(ctx context.Context, req WorkRequest) WorkResult {
 	d.observe(req, res, plan)
 	return res
 }
+
+// Drain stops the dispatcher taking requests, for a node that is stopping:
+// from now on every Dispatch is answered unavailable at once, with
+// ErrShuttingDown. It returns nil when the requests already taken have
+// all ended, or ctx's error if ctx ends first.
+func (d *Dispatcher) Drain(ctx context.Context) error {
+	d.requests.close()
+	return d.requests.wait(ctx)
+}
+
+// InFlight returns the number of Dispatch calls running now.
+func (d *Dispatcher) InFlight() int { return int(d.requests.active()) }
 
 // idempotent reports whether a request may be hedged: the built-in types
 // have no side effects, and a jsonrpc request of nothing but reads has none

@@ -192,13 +192,14 @@ func (m *dispatchMetrics) request(workType string, res WorkResult, beyondHead bo
 }
 
 // observe is the dispatcher's one hook at the end of a request: it counts
-// the request and logs it with request_id, work_type and peer fields.
+// the request and logs it with request_id, work_type and peer fields. plan
+// is nil for a request refused before it was planned.
 func (d *Dispatcher) observe(req WorkRequest, res WorkResult, plan *selection.Plan) {
 	wt := req.Type
 	if res.Status == StatusUnavailable && len(res.Attempts) == 0 && !d.knownType(wt) {
 		wt = unknownWorkType
 	}
-	d.metrics.request(wt, res, plan.BeyondHead())
+	d.metrics.request(wt, res, plan != nil && plan.BeyondHead())
 	ok := res.Status == StatusOK || res.Status == StatusEmpty
 	if ok && !d.debug {
 		return

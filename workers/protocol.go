@@ -213,6 +213,9 @@ type Server struct {
 	mu     sync.RWMutex
 	closed bool
 	wg     sync.WaitGroup
+	// serving counts the streams being handled, for Drain; it is never
+	// shut (Close refuses streams itself).
+	serving workGate
 
 	byOutcome [numOutcomes]atomic.Uint64
 	malformed atomic.Uint64
@@ -261,6 +264,18 @@ func (s *Server) Stats() ServerStats {
 	return st
 }
 
+// Drain waits until no request is being served, for a node that is
+// stopping once its peers have stopped sending it work. It returns nil
+// then, or ctx's error if ctx ends first. The server keeps serving
+// meanwhile: a peer that has not yet learnt the node withdrew its work
+// types may still send some, and is answered.
+func (s *Server) Drain(ctx context.Context) error {
+	return s.serving.wait(ctx)
+}
+
+// Serving returns the number of requests being served now.
+func (s *Server) Serving() int { return int(s.serving.active()) }
+
 // Close unregisters the protocol, cancels the work of requests being
 // served and waits for their streams to end (a handler that ignores its
 // context delays Close until it returns). It does not close the pool,
@@ -290,6 +305,8 @@ func (s *Server) handle(str network.Stream) {
 	s.wg.Add(1)
 	s.mu.RUnlock()
 	defer s.wg.Done()
+	s.serving.enter()
+	defer s.serving.leave()
 
 	sr := ServedRequest{Peer: str.Conn().RemotePeer()}
 	start := time.Now()

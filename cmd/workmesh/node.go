@@ -42,7 +42,8 @@ func newNodeStartCommand() *cobra.Command {
 			"this node's work types, labels, capacity and load, serves work for its peers, and takes work on the\n" +
 			"local HTTP API (POST /v1/work, see `workmesh submit`), sending it to the best remote worker or its\n" +
 			"own. It prints its peer ID, a line another node can join with and the API address, then \"ready\".\n" +
-			"SIGINT or SIGTERM stops it cleanly.",
+			"SIGINT or SIGTERM stops it cleanly: it withdraws its work types, so that peers stop sending it work,\n" +
+			"waits up to --drain-timeout for the work in progress, then stops. A second signal stops it at once.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := config.Load(config.LoadOptions{File: configFile, Flags: cmd.Flags(), Environ: os.Environ()})
@@ -77,8 +78,11 @@ func newNodeStartCommand() *cobra.Command {
 			printStartup(cmd.OutOrStdout(), s.node, cfg.Node)
 
 			<-ctx.Done()
+			// From here a second SIGINT or SIGTERM ends the process at
+			// once, the default action.
 			stop()
 			log.Info("shutting down")
+			s.drain(cfg.Node.DrainTimeout)
 			return s.closeWithin(shutdownTimeout)
 		},
 	}

@@ -230,6 +230,37 @@ func (s *stack) announceLoad() {
 	}
 }
 
+// drain is the first part of a clean stop: the node withdraws its work
+// types (a re-signed record with none, gossiped at once), so that peers
+// stop choosing it; the dispatcher refuses new API work; and drain waits,
+// at most d, until the work in progress has ended: the requests of the
+// node's own API (remote or local) and those it serves for peers, which
+// it keeps answering meanwhile. A d of 0 skips it.
+func (s *stack) drain(d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	start := time.Now()
+	if err := s.node.SetWorkTypes(nil); err != nil {
+		s.log.WithError(err).Warn("drain: could not withdraw the work types")
+	}
+	s.log.WithFields(logrus.Fields{"requests": s.disp.InFlight(), "serving": s.server.Serving(), "drain_timeout": d}).
+		Info("draining: work types withdrawn, waiting for the work in progress (a second SIGINT or SIGTERM stops at once)")
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	var wg sync.WaitGroup
+	var dispErr, srvErr error
+	wg.Go(func() { dispErr = s.disp.Drain(ctx) })
+	wg.Go(func() { srvErr = s.server.Drain(ctx) })
+	wg.Wait()
+	if dispErr != nil || srvErr != nil {
+		s.log.WithFields(logrus.Fields{"requests": s.disp.InFlight(), "serving": s.server.Serving(), "drain_timeout": d}).
+			Warn("drain timed out: cancelling the work still in progress")
+		return
+	}
+	s.log.WithField("took", time.Since(start).Round(time.Millisecond)).Info("drained: no work in progress")
+}
+
 // Close stops the stack: the background loops first, then the work server
 // (cancelling work served for peers), the local worker, and the node with
 // its API. It is safe to call more than once.

@@ -1,0 +1,117 @@
+package workers
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/workmesh/workmesh/config"
+	"github.com/workmesh/workmesh/node"
+)
+
+// holdingDispatcher is a dispatcher with no peers whose local worker serves
+// "hold" with g.
+func holdingDispatcher(t *testing.T, g *gate) *Dispatcher {
+	t.Helper()
+	cfg := config.Defaults()
+	cfg.Node.Listen = []string{"/ip4/127.0.0.1/udp/0/quic-v1"}
+	cfg.Node.API = ""
+	cfg.Node.DataDir = t.TempDir()
+	cfg.Node.Network = testNetwork
+	cfg.Node.WorkTypes = []string{"hold"}
+	must(t, cfg.Validate())
+	pool := newTestPool(t, 4, 16, map[string]Handler{"hold": g})
+	n, err := node.New(context.Background(), cfg.Node, node.WithLogger(quietLogger()))
+	must(t, err)
+	t.Cleanup(func() { _ = n.Close() })
+	d, err := NewDispatcher(cfg, n, pool, WithDispatchLogger(quietLogger()))
+	must(t, err)
+	return d
+}
+
+// TestDispatcher_DrainRefusesNewWorkAndWaitsForTaken: once draining, a
+// dispatcher answers new requests unavailable at once, and Drain returns
+// only when the request it had taken has ended, with its result intact.
+func TestDispatcher_DrainRefusesNewWorkAndWaitsForTaken(t *testing.T) {
+	g := newGate(false)
+	defer g.open()
+	d := holdingDispatcher(t, g)
+	results := make(chan WorkResult, 1)
+	go func() { results <- d.Dispatch(context.Background(), WorkRequest{Type: "hold", Payload: []byte("taken")}) }()
+	recv(t, g.started, "the taken request to start")
+	if got := d.InFlight(); got != 1 {
+		t.Errorf("InFlight %d, want 1", got)
+	}
+
+	// Drain cannot end while the taken request runs: with a context that
+	// has already ended, it reports that.
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := d.Drain(done); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Drain with the request running: %v, want context.Canceled", err)
+	}
+
+	res := d.Dispatch(context.Background(), WorkRequest{Type: "hold", Payload: []byte("new")})
+	if res.Status != StatusUnavailable || res.Error != ErrShuttingDown || len(res.Attempts) != 0 || res.RequestID == "" {
+		t.Errorf("a request while draining: %+v, want unavailable (%q), no attempts, a request ID", res, ErrShuttingDown)
+	}
+	if g.runs.Load() != 1 {
+		t.Errorf("the local worker ran %d requests, want only the taken one", g.runs.Load())
+	}
+
+	drained := make(chan error, 1)
+	go func() { drained <- d.Drain(context.Background()) }()
+	g.open()
+	if err := recv(t, drained, "Drain to return"); err != nil {
+		t.Errorf("Drain: %v", err)
+	}
+	if res := recv(t, results, "the taken request's result"); res.Status != StatusOK || string(res.Output) != "taken" {
+		t.Errorf("the taken request: %+v, want ok", res)
+	}
+	if got := d.InFlight(); got != 0 {
+		t.Errorf("InFlight %d after Drain, want 0", got)
+	}
+}
+
+// TestServer_DrainWaitsAndKeepsServing: Drain waits for the requests being
+// served, and the server still answers requests that arrive meanwhile.
+func TestServer_DrainWaitsAndKeepsServing(t *testing.T) {
+	g := newGate(false)
+	defer g.open()
+	p := newPair(t, map[string]Handler{"hold": g})
+	ctx, cancel := context.WithTimeout(context.Background(), failAfter)
+	defer cancel()
+	held := make(chan error, 1)
+	go func() {
+		resp, err := p.client.Do(ctx, p.serverHost.ID(), Request{ID: "held", Type: "hold", Payload: []byte("x"), Timeout: failAfter})
+		if err == nil && resp.Outcome != Success {
+			err = errors.New(resp.Error)
+		}
+		held <- err
+	}()
+	recv(t, g.started, "the held request to start")
+	if got := p.server.Serving(); got != 1 {
+		t.Errorf("Serving %d, want 1", got)
+	}
+	ended, stop := context.WithCancel(context.Background())
+	stop()
+	if err := p.server.Drain(ended); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Drain with a request being served: %v, want context.Canceled", err)
+	}
+	drained := make(chan error, 1)
+	go func() { drained <- p.server.Drain(ctx) }()
+
+	// Served while draining.
+	resp, err := p.do(t, ctx, Request{ID: "late", Type: "echo", Payload: []byte("late")})
+	if err != nil || resp.Outcome != Success || string(resp.Output) != "late" {
+		t.Errorf("a request while draining: %+v %v, want it served", resp, err)
+	}
+
+	g.open()
+	if err := recv(t, held, "the held request"); err != nil {
+		t.Errorf("the held request: %v", err)
+	}
+	if err := recv(t, drained, "Drain to return"); err != nil {
+		t.Errorf("Drain: %v", err)
+	}
+}

@@ -37,7 +37,9 @@ func TestDispatcher_DrainRefusesNewWorkAndWaitsForTaken(t *testing.T) {
 	defer g.open()
 	d := holdingDispatcher(t, g)
 	results := make(chan WorkResult, 1)
-	go func() { results <- d.Dispatch(context.Background(), WorkRequest{Type: "hold", Payload: []byte("taken")}) }()
+	go func() {
+		results <- d.Dispatch(context.Background(), WorkRequest{Type: "hold", Payload: []byte("taken")})
+	}()
 	recv(t, g.started, "the taken request to start")
 	if got := d.InFlight(); got != 1 {
 		t.Errorf("InFlight %d, want 1", got)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -48,6 +49,8 @@ type stack struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+	// drainTimedOut is set when drain gave up waiting for work.
+	drainTimedOut atomic.Bool
 
 	closeOnce sync.Once
 	closeErr  error
@@ -179,7 +182,16 @@ func (s *stack) dispatch(ctx context.Context, req workers.WorkRequest) workers.W
 	defer cancel()
 	stop := context.AfterFunc(s.ctx, cancel)
 	defer stop()
-	return s.disp.Dispatch(ctx, req)
+	res := s.disp.Dispatch(ctx, req)
+	if res.Status == workers.StatusTimeout && s.ctx.Err() != nil {
+		// Cut short by the stop, not by the request's own deadline.
+		why := "the node stopped"
+		if s.drainTimedOut.Load() {
+			why += " (drain-timeout " + s.cfg.Node.DrainTimeout.String() + " passed)"
+		}
+		res.Error = why + " before the request ended; the work may or may not have run: " + res.Error
+	}
+	return res
 }
 
 // registerAll registers every collector in reg.
@@ -230,12 +242,19 @@ func (s *stack) announceLoad() {
 	}
 }
 
+// withdrawGrace is how long a draining node keeps serving peers after it
+// withdrew its work types, even with nothing in progress: its peers learn
+// of the withdrawal by gossip within milliseconds, and a request one of
+// them sent before that arrives meanwhile and is answered rather than cut.
+const withdrawGrace = time.Second
+
 // drain is the first part of a clean stop: the node withdraws its work
 // types (a re-signed record with none, gossiped at once), so that peers
 // stop choosing it; the dispatcher refuses new API work; and drain waits,
 // at most d, until the work in progress has ended: the requests of the
 // node's own API (remote or local) and those it serves for peers, which
-// it keeps answering meanwhile. A d of 0 skips it.
+// it keeps answering meanwhile, for withdrawGrace at least. A d of 0
+// skips it.
 func (s *stack) drain(d time.Duration) {
 	if d <= 0 {
 		return
@@ -248,15 +267,31 @@ func (s *stack) drain(d time.Duration) {
 		Info("draining: work types withdrawn, waiting for the work in progress (a second SIGINT or SIGTERM stops at once)")
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
-	var wg sync.WaitGroup
-	var dispErr, srvErr error
-	wg.Go(func() { dispErr = s.disp.Drain(ctx) })
-	wg.Go(func() { srvErr = s.server.Drain(ctx) })
-	wg.Wait()
-	if dispErr != nil || srvErr != nil {
-		s.log.WithFields(logrus.Fields{"requests": s.disp.InFlight(), "serving": s.server.Serving(), "drain_timeout": d}).
-			Warn("drain timed out: cancelling the work still in progress")
-		return
+	grace := time.NewTimer(min(withdrawGrace, d))
+	defer grace.Stop()
+	graced := false
+	for {
+		var wg sync.WaitGroup
+		var dispErr, srvErr error
+		wg.Go(func() { dispErr = s.disp.Drain(ctx) })
+		wg.Go(func() { srvErr = s.server.Drain(ctx) })
+		wg.Wait()
+		if dispErr != nil || srvErr != nil {
+			s.log.WithFields(logrus.Fields{"requests": s.disp.InFlight(), "serving": s.server.Serving(), "drain_timeout": d}).
+				Warn("drain timed out: cancelling the work still in progress")
+			s.drainTimedOut.Store(true)
+			return
+		}
+		if graced {
+			break
+		}
+		// Idle, but a peer may not have heard yet: serve on until the
+		// grace ends, then wait once more for what arrived meanwhile.
+		select {
+		case <-grace.C:
+		case <-ctx.Done():
+		}
+		graced = true
 	}
 	s.log.WithField("took", time.Since(start).Round(time.Millisecond)).Info("drained: no work in progress")
 }

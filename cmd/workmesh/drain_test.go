@@ -1,0 +1,75 @@
+package main
+
+import (
+	"context"
+	"io"
+	"testing"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/sirupsen/logrus"
+
+	"github.com/workmesh/workmesh/config"
+	"github.com/workmesh/workmesh/workers"
+)
+
+// TestStackDrainServesThroughTheGrace: an idle stack that drains keeps
+// serving its peers for a second after withdrawing its work types
+// (a peer that has not heard yet is answered, not cut off), advertises no
+// work type meanwhile, and refuses new work on its own API.
+func TestStackDrainServesThroughTheGrace(t *testing.T) {
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	cfg := config.Defaults()
+	cfg.Node.Listen = []string{"/ip4/127.0.0.1/udp/0/quic-v1"}
+	cfg.Node.API = ""
+	cfg.Node.DataDir = t.TempDir()
+	cfg.Node.Network = "drain-test"
+	cfg.Node.WorkTypes = []string{"echo"}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := startStack(ctx, cfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+
+	peerCfg := cfg
+	peerCfg.Node.DataDir = t.TempDir()
+	p, err := startStack(ctx, peerCfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if err := p.node.Host().Connect(ctx, peer.AddrInfo{ID: s.node.ID(), Addrs: s.node.Host().Addrs()}); err != nil {
+		t.Fatal(err)
+	}
+	client, err := workers.NewClient(p.node.Host(), cfg.Node.Network)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	start := time.Now()
+	drained := make(chan time.Duration, 1)
+	go func() {
+		s.drain(10 * time.Second)
+		drained <- time.Since(start)
+		s.Close() // as node start does
+	}()
+	// At once, the record advertises no work type and the node's own API
+	// refuses work (neither has an event of its own to wait on).
+	for len(s.node.NodeData().Data.WorkTypes) != 0 || s.dispatch(ctx, workers.WorkRequest{Type: "echo", Payload: []byte("x")}).Error != workers.ErrShuttingDown {
+		select {
+		case took := <-drained:
+			t.Fatalf("drain returned after %s with work types advertised or API work taken", took)
+		case <-time.After(time.Millisecond):
+		}
+	}
+	resp, err := client.Do(ctx, s.node.ID(), workers.Request{ID: "late", Type: "echo", Payload: []byte("late"), Timeout: 5 * time.Second})
+	if err != nil || resp.Outcome != workers.Success || string(resp.Output) != "late" {
+		t.Errorf("a peer's request during the grace: %+v %v, want it served", resp, err)
+	}
+	if took := <-drained; took < time.Second {
+		t.Errorf("an idle drain returned after %s, before its grace of a second", took)
+	}
+}

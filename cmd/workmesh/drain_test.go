@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"io"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,11 +14,10 @@ import (
 	"github.com/workmesh/workmesh/workers"
 )
 
-// TestStackDrainServesThroughTheGrace: an idle stack that drains keeps
-// serving its peers for a second after withdrawing its work types
-// (a peer that has not heard yet is answered, not cut off), advertises no
-// work type meanwhile, and refuses new work on its own API.
-func TestStackDrainServesThroughTheGrace(t *testing.T) {
+// startTestStack starts a whole node on loopback, serving workTypes, with
+// no API listener; it is closed when the test ends.
+func startTestStack(t *testing.T, ctx context.Context, workTypes ...string) (*stack, config.Config) {
+	t.Helper()
 	log := logrus.New()
 	log.SetOutput(io.Discard)
 	cfg := config.Defaults()
@@ -25,22 +25,24 @@ func TestStackDrainServesThroughTheGrace(t *testing.T) {
 	cfg.Node.API = ""
 	cfg.Node.DataDir = t.TempDir()
 	cfg.Node.Network = "drain-test"
-	cfg.Node.WorkTypes = []string{"echo"}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	cfg.Node.WorkTypes = workTypes
 	s, err := startStack(ctx, cfg, log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	t.Cleanup(func() { s.Close() })
+	return s, cfg
+}
 
-	peerCfg := cfg
-	peerCfg.Node.DataDir = t.TempDir()
-	p, err := startStack(ctx, peerCfg, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+// TestStackDrainServesThroughTheGrace: an idle stack that drains keeps
+// serving its peers for a second after withdrawing its work types
+// (a peer that has not heard yet is answered, not cut off), advertises no
+// work type meanwhile, and refuses new work on its own API.
+func TestStackDrainServesThroughTheGrace(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, cfg := startTestStack(t, ctx, "echo")
+	p, _ := startTestStack(t, ctx, "echo")
 	if err := p.node.Host().Connect(ctx, peer.AddrInfo{ID: s.node.ID(), Addrs: s.node.Host().Addrs()}); err != nil {
 		t.Fatal(err)
 	}
@@ -71,5 +73,30 @@ func TestStackDrainServesThroughTheGrace(t *testing.T) {
 	}
 	if took := <-drained; took < time.Second {
 		t.Errorf("an idle drain returned after %s, before its grace of a second", took)
+	}
+}
+
+// TestStackStopSaysWhyItCutARequest: when the drain times out, the stop
+// ends a request of the node's own API as a timeout whose error says the
+// node stopped, not as a plain missed deadline.
+func TestStackStopSaysWhyItCutARequest(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, _ := startTestStack(t, ctx, "sleep")
+	res := make(chan workers.WorkResult, 1)
+	go func() {
+		res <- s.dispatch(ctx, workers.WorkRequest{Type: "sleep", Payload: []byte("20s"), Timeout: 25 * time.Second})
+	}()
+	for s.disp.InFlight() == 0 {
+		time.Sleep(time.Millisecond) // the dispatch has no event of its own
+	}
+	s.cfg.Node.DrainTimeout = 50 * time.Millisecond
+	s.drain(s.cfg.Node.DrainTimeout)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r := <-res
+	if r.Status != workers.StatusTimeout || !strings.Contains(r.Error, "the node stopped (drain-timeout 50ms passed) before the request ended") {
+		t.Errorf("the cut request: %+v, want a timeout saying the node stopped", r)
 	}
 }

@@ -94,9 +94,9 @@ func newResourceManager(netName string) (network.ResourceManager, error) {
 // swarm, transports, basic host) as libp2p.New would with these options,
 // but without libp2p.New's dependency-injection container: building that
 // graph cost about 3ms of CPU per host, more than half of a node's start,
-// which sits on the path of every join (README, performance). Without libp2p.New the
-// event bus also carries no metrics tracer, which libp2p.New attaches even
-// with metrics disabled.
+// which sits on the path of every join (README, performance). Without
+// libp2p.New the event bus also carries no metrics tracer, which
+// libp2p.New attaches even with metrics disabled.
 func newHost(key crypto.PrivKey, netName, version string, listen []ma.Multiaddr, tcpWanted bool) (_ host.Host, err error) {
 	// closers undo, in reverse, what was built when a later step fails;
 	// once the basic host exists, its Close takes over the parts it owns.

@@ -330,14 +330,14 @@ func (d *Dispatcher) remote(ctx context.Context, req WorkRequest, plan *selectio
 			}
 		case <-ctx.Done():
 			res.Status = StatusTimeout
-			res.Error = fmt.Sprintf("no result within %s", requestTimeout(req))
+			res.Error = endedEarly(ctx, req)
 			return res
 		}
 	}
 	if ctx.Err() != nil {
 		// The deadline passed while the last attempt was being cut short.
 		res.Status = StatusTimeout
-		res.Error = fmt.Sprintf("no result within %s", requestTimeout(req))
+		res.Error = endedEarly(ctx, req)
 		return res
 	}
 	if plan.BeyondHead() && len(res.Attempts) > 0 {
@@ -373,7 +373,7 @@ func (d *Dispatcher) sequential(ctx context.Context, req WorkRequest, plan *sele
 		res.Attempts = append(res.Attempts, d.attemptOf(r, r.outcome))
 		if ctx.Err() != nil && v != selection.Done {
 			res.Status = StatusTimeout
-			res.Error = fmt.Sprintf("no result within %s", requestTimeout(req))
+			res.Error = endedEarly(ctx, req)
 			return res
 		}
 		if v == selection.Done {
@@ -424,7 +424,7 @@ func (d *Dispatcher) fallback(ctx context.Context, req WorkRequest, plan *select
 	}
 	if ctx.Err() != nil {
 		res.Status = StatusTimeout
-		res.Error = fmt.Sprintf("no result within %s", requestTimeout(req))
+		res.Error = endedEarly(ctx, req)
 		return res
 	}
 	if !plan.FallbackAllowed() || !local {
@@ -464,7 +464,7 @@ func (d *Dispatcher) fallback(ctx context.Context, req WorkRequest, plan *select
 		case r.Outcome == Empty:
 			res.Status = StatusEmpty
 		case ctx.Err() != nil:
-			res.Status, res.Error = StatusTimeout, fmt.Sprintf("no result within %s", requestTimeout(req))
+			res.Status, res.Error = StatusTimeout, endedEarly(ctx, req)
 		default:
 			res.Status, res.Error = StatusFailed, r.Error
 		}
@@ -630,6 +630,19 @@ func lastError(as []Attempt) string {
 		}
 	}
 	return "no error recorded"
+}
+
+// endedEarly says why ctx ended a request before its result: the
+// request's own deadline passed, or its caller cancelled it (with the
+// cause, when the caller gave one).
+func endedEarly(ctx context.Context, req WorkRequest) string {
+	if errors.Is(ctx.Err(), context.Canceled) {
+		if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+			return "cancelled before a result: " + cause.Error()
+		}
+		return "cancelled before a result"
+	}
+	return fmt.Sprintf("no result within %s", requestTimeout(req))
 }
 
 func requestTimeout(req WorkRequest) time.Duration {

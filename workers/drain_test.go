@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/workmesh/workmesh/config"
 	"github.com/workmesh/workmesh/node"
@@ -115,5 +116,28 @@ func TestServer_DrainWaitsAndKeepsServing(t *testing.T) {
 	}
 	if err := recv(t, drained, "Drain to return"); err != nil {
 		t.Errorf("Drain: %v", err)
+	}
+}
+
+// TestDispatcher_SaysWhyARequestEndedEarly: a request cut short by its
+// caller says it was cancelled, with the caller's cause; one that ran out
+// of its own time says so.
+func TestDispatcher_SaysWhyARequestEndedEarly(t *testing.T) {
+	g := newGate(true)
+	defer g.open()
+	d := holdingDispatcher(t, g)
+
+	ctx, cancel := context.WithCancelCause(context.Background())
+	results := make(chan WorkResult, 1)
+	go func() { results <- d.Dispatch(ctx, WorkRequest{Type: "hold", Payload: []byte("a")}) }()
+	recv(t, g.started, "the request to start")
+	cancel(errors.New("the caller went away"))
+	if res := recv(t, results, "the cancelled request"); res.Status != StatusTimeout || res.Error != "cancelled before a result: the caller went away" {
+		t.Errorf("cancelled: %+v", res)
+	}
+
+	res := d.Dispatch(context.Background(), WorkRequest{Type: "hold", Payload: []byte("b"), Timeout: 20 * time.Millisecond})
+	if res.Status != StatusTimeout || res.Error != "no result within 20ms" {
+		t.Errorf("out of time: %+v", res)
 	}
 }

@@ -178,20 +178,17 @@ func startStack(ctx context.Context, cfg config.Config, log *logrus.Logger, opts
 // dispatch runs one API request, ending it early when the stack closes so
 // that shutdown does not wait for the request's own deadline.
 func (s *stack) dispatch(ctx context.Context, req workers.WorkRequest) workers.WorkResult {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stop := context.AfterFunc(s.ctx, cancel)
-	defer stop()
-	res := s.disp.Dispatch(ctx, req)
-	if res.Status == workers.StatusTimeout && s.ctx.Err() != nil {
-		// Cut short by the stop, not by the request's own deadline.
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(s.ctx, func() {
 		why := "the node stopped"
 		if s.drainTimedOut.Load() {
 			why += " (drain-timeout " + s.cfg.Node.DrainTimeout.String() + " passed)"
 		}
-		res.Error = why + " before the request ended; the work may or may not have run: " + res.Error
-	}
-	return res
+		cancel(errors.New(why + " before the request ended; the work may or may not have run"))
+	})
+	defer stop()
+	return s.disp.Dispatch(ctx, req)
 }
 
 // registerAll registers every collector in reg.

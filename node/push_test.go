@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	ma "github.com/multiformats/go-multiaddr"
 )
@@ -38,6 +39,12 @@ func pushRaw(t *testing.T, h host.Host, n *Node, rec []byte) ([][]byte, error) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return pushOn(s, rec)
+}
+
+// pushOn pushes rec on s, a nodedata stream, and returns the records the
+// other end answered with.
+func pushOn(s network.Stream, rec []byte) ([][]byte, error) {
 	defer s.Reset()
 	s.SetDeadline(time.Now().Add(5 * time.Second))
 	if err := writeJSONFrame(s, nodedataRequest{Push: true}, maxRequestFrame); err != nil {
@@ -137,32 +144,82 @@ func TestNodeDataPushOfAnotherPeerRefused(t *testing.T) {
 // TestPushEarlyWithoutIdentify pushes over a connection just made, naming
 // the protocol without waiting for identify (as a joining node does to its
 // bootstrap peer): a workmesh node takes the record and answers with its
-// own; a peer that does not speak the protocol fails the push at once
-// rather than at the timeout.
+// own, the pusher enters that answer, and a peer that does not speak the
+// protocol fails the push at once rather than at the timeout. Each side is
+// tried against a bare host, which has no gossip that could deliver the
+// same record first and stand in for the push.
 func TestPushEarlyWithoutIdentify(t *testing.T) {
-	a := startTestNode(t, testConfig(t))
-	c := startTestNode(t, testConfig(t))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	c.Host().Peerstore().AddAddrs(a.ID(), a.Host().Addrs(), time.Minute)
-	if _, err := c.Host().Network().DialPeer(ctx, a.ID()); err != nil {
+	dial := func(h host.Host, p peer.ID, addrs []ma.Multiaddr) {
+		t.Helper()
+		h.Peerstore().AddAddrs(p, addrs, time.Minute)
+		if _, err := h.Network().DialPeer(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// The receiving side: an early stream from a bare pusher to a node.
+	a := startTestNode(t, testConfig(t))
+	b := newPeerKey(t)
+	pusher := bareHost(t, b)
+	dial(pusher, a.ID(), a.Host().Addrs())
+	s, err := newStreamEager(ctx, pusher, a.ID(), NodeDataProtocol(testNetwork))
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.pushEarly(ctx, a.ID()); err != nil {
+	rec := b.record(t, 7)
+	answer, err := pushOn(s, rec)
+	if err != nil {
 		t.Fatalf("early push to a workmesh node: %v", err)
 	}
-	if p, ok := a.Peers().Get(c.ID()); !ok || p.Source != SourceSync {
-		t.Errorf("A holds C's record: %t from %s, want true from sync", ok, p.Source)
+	if len(answer) != 1 || string(answer[0]) != string(a.NodeData().Envelope) {
+		t.Errorf("answer to an early push: %d records, want the node's own", len(answer))
 	}
-	if p, ok := c.Peers().Get(a.ID()); !ok || p.Source != SourceSync {
-		t.Errorf("C holds A's answer: %t from %s, want true from sync", ok, p.Source)
+	if p, ok := a.Peers().Get(b.id); !ok || p.Source != SourceSync || string(p.Envelope) != string(rec) {
+		t.Errorf("the node holds the pushed record: %t from %s; want true from sync", ok, p.Source)
+	}
+
+	// The pushing side: a node's pushEarly to a bare peer that serves the
+	// protocol by hand, taking the push and answering with its own record.
+	r := newPeerKey(t)
+	responder := bareHost(t, r)
+	own := r.record(t, 9)
+	got := make(chan []byte, 1)
+	responder.SetStreamHandler(NodeDataProtocol(testNetwork), func(s network.Stream) {
+		defer s.Close()
+		var req nodedataRequest
+		if err := readJSONFrame(s, &req, maxRequestFrame); err != nil || !req.Push {
+			s.Reset()
+			return
+		}
+		pushed, err := readFrame(s, MaxRecordSize)
+		if err != nil {
+			s.Reset()
+			return
+		}
+		got <- pushed
+		writeFrame(s, own)
+	})
+	c := startTestNode(t, testConfig(t))
+	dial(c.Host(), r.id, responder.Addrs())
+	if err := c.pushEarly(ctx, r.id); err != nil {
+		t.Fatalf("early push from a node: %v", err)
+	}
+	select {
+	case pushed := <-got:
+		if string(pushed) != string(c.NodeData().Envelope) {
+			t.Error("the early push carried another record than the node's own")
+		}
+	default:
+		t.Error("the responder received no pushed record")
+	}
+	if p, ok := c.Peers().Get(r.id); !ok || p.Source != SourceSync || string(p.Envelope) != string(own) {
+		t.Errorf("the pusher holds the answer: %t from %s, want true from sync", ok, p.Source)
 	}
 
 	bare := bareHost(t, newPeerKey(t))
-	c.Host().Peerstore().AddAddrs(bare.ID(), bare.Addrs(), time.Minute)
-	if _, err := c.Host().Network().DialPeer(ctx, bare.ID()); err != nil {
-		t.Fatal(err)
-	}
+	dial(c.Host(), bare.ID(), bare.Addrs())
 	if err := c.pushEarly(ctx, bare.ID()); err == nil || ctx.Err() != nil {
 		t.Errorf("early push to a peer without the protocol: %v (context: %v), want a prompt error", err, ctx.Err())
 	}

@@ -293,13 +293,30 @@ func (s *stack) drain(d time.Duration) {
 	s.log.WithField("took", time.Since(start).Round(time.Millisecond)).Info("drained: no work in progress")
 }
 
-// Close stops the stack: the background loops first, then the work server
-// (cancelling work served for peers), the local worker, and the node with
-// its API. It is safe to call more than once.
+// cancelledWait bounds how long Close waits for the API's requests, once
+// cancelled, to end with the reason before it closes the local worker.
+const cancelledWait = 2 * time.Second
+
+// Close stops the stack: the background loops first, and the requests of
+// the node's own API, which end with the reason (the node stopped); then
+// the work server (cancelling work served for peers), the local worker,
+// and the node with its API. It is safe to call more than once.
 func (s *stack) Close() error {
 	s.closeOnce.Do(func() {
 		s.cancel()
 		s.wg.Wait()
+		if s.disp != nil {
+			// Each request's context is cancelled by now or in a moment
+			// (dispatch), and its work ends with that cause. Closing the
+			// local worker first would race it: a request running there
+			// would end as "local worker closed" and be reported as an
+			// ordinary failure.
+			ctx, cancel := context.WithTimeout(context.Background(), cancelledWait)
+			if err := s.disp.Drain(ctx); err != nil {
+				s.log.WithField("requests", s.disp.InFlight()).Warnf("stop: API requests still running after %s; closing the local worker under them", cancelledWait)
+			}
+			cancel()
+		}
 		var errs []error
 		if s.server != nil {
 			if err := s.server.Close(); err != nil {

@@ -3,6 +3,7 @@ package workers
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -140,4 +141,121 @@ func TestDispatcher_SaysWhyARequestEndedEarly(t *testing.T) {
 	if res.Status != StatusTimeout || res.Error != "no result within 20ms" {
 		t.Errorf("out of time: %+v", res)
 	}
+}
+
+// TestServer_DrainHoldsEachResponseUntilRead: a node closes its
+// connections once its drain returns, and QUIC discards a response the
+// client has not read yet. So while draining, a request counts as served
+// only once the client has read its response: with work done within the
+// grace period and with work that outlasted it (its watchdog reading, the
+// accept frame sent first). A client that never reads holds Drain only
+// until the server closes; with a real client, closing the server's host
+// the moment Drain returns loses nothing.
+func TestServer_DrainHoldsEachResponseUntilRead(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		grace time.Duration
+		req   Request
+	}{
+		{"within the grace period", time.Hour, Request{ID: "quick", Type: "hold", Payload: []byte("quick")}},
+		{"past the grace period", time.Millisecond, Request{ID: "slow", Type: "hold", Payload: []byte("slow"), AcceptTimeout: time.Second}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := newGate(false)
+			defer g.open()
+			p := newPair(t, map[string]Handler{"hold": g}, WithGracePeriod(tc.grace))
+			s := rawStream(t, p.clientHost, p.serverHost)
+			_, err := s.Write(appendRequest(nil, &tc.req))
+			must(t, err)
+			recv(t, g.started, "the request to start")
+			if tc.req.AcceptTimeout > 0 {
+				// The accept frame shows the watchdog is running.
+				body, _, err := readFrame(s, frameLimit(DefaultMaxPayload), nil)
+				must(t, err)
+				if _, accepted, err := decodeServerFrame(body, DefaultMaxPayload); err != nil || !accepted {
+					t.Fatalf("first frame: accepted %t, %v; want the accept frame", accepted, err)
+				}
+			}
+			ended, stop := context.WithCancel(context.Background())
+			stop()
+			_ = p.server.Drain(ended) // draining from here on
+			g.open()
+
+			// Unread, the response holds Drain.
+			short, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+			defer cancel()
+			if err := p.server.Drain(short); !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("Drain with a response unread: %v, want it to wait", err)
+			}
+			body, _, err := readFrame(s, frameLimit(DefaultMaxPayload), nil)
+			must(t, err)
+			resp, accepted, err := decodeServerFrame(body, DefaultMaxPayload)
+			if err != nil || accepted || resp.ID != tc.req.ID || resp.Outcome != Success {
+				t.Fatalf("response: %+v accepted %t %v", resp, accepted, err)
+			}
+			must(t, s.Close())
+			ctx, cancel := context.WithTimeout(context.Background(), failAfter)
+			defer cancel()
+			if err := p.server.Drain(ctx); err != nil {
+				t.Errorf("Drain after the client read its response: %v", err)
+			}
+			if sr := recv(t, p.served, "the served request"); sr.Outcome != Success || sr.Err != nil {
+				t.Errorf("served: %+v", sr)
+			}
+		})
+	}
+
+	t.Run("a client that never reads", func(t *testing.T) {
+		p := newPair(t, nil)
+		s := rawStream(t, p.clientHost, p.serverHost)
+		ended, stop := context.WithCancel(context.Background())
+		stop()
+		_ = p.server.Drain(ended)
+		_, err := s.Write(appendRequest(nil, &Request{ID: "x", Type: "echo", Payload: []byte("x")}))
+		must(t, err)
+		ctx, cancel := context.WithTimeout(context.Background(), failAfter)
+		defer cancel()
+		drained := make(chan error, 1)
+		go func() { drained <- p.server.Drain(ctx) }()
+		// The server owes nothing more once closed.
+		closed := make(chan error, 1)
+		go func() { closed <- p.server.Close() }()
+		must(t, recv(t, closed, "Close with a response unread"))
+		must(t, recv(t, drained, "Drain once the server closed"))
+	})
+
+	t.Run("the host closed when Drain returns", func(t *testing.T) {
+		g := newGate(false)
+		defer g.open()
+		p := newPair(t, map[string]Handler{"hold": g})
+		ctx, cancel := context.WithTimeout(context.Background(), failAfter)
+		defer cancel()
+		const n = 4 // the test pool's workers
+		results := make(chan error, n)
+		for i := range n {
+			go func() {
+				resp, err := p.client.Do(ctx, p.serverHost.ID(), Request{ID: fmt.Sprint(i), Type: "hold", Payload: []byte("x")})
+				if err == nil && resp.Outcome != Success {
+					err = errors.New(resp.Error)
+				}
+				results <- err
+			}()
+		}
+		for range n {
+			recv(t, g.started, "the requests to start")
+		}
+		drained := make(chan error, 1)
+		go func() {
+			err := p.server.Drain(ctx)
+			_ = p.serverHost.Close() // as a stopping node does
+			drained <- err
+		}()
+		g.open()
+		must(t, recv(t, drained, "Drain to return"))
+		for range n {
+			if err := recv(t, results, "a result"); err != nil {
+				t.Errorf("a request answered while the server drained: %v", err)
+			}
+		}
+	})
 }

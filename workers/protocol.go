@@ -28,6 +28,12 @@ import (
 //	                                  <---  response frame, then Close
 //	read the response, Close
 //
+// While the server drains (Drain), it half-closes after the response and
+// holds the stream until the client's Close arrives: the client closes
+// only after reading the response, so its FIN acknowledges it. A node
+// stops right after its drain, and closing a QUIC connection discards
+// what the client has not read yet, however long ago it was written.
+//
 // The client keeps its write side open while it waits because that is how
 // the server notices a client that gives up: once the work outlasts the
 // grace period, the server keeps one read pending on the stream, and the
@@ -74,6 +80,9 @@ const (
 	// writeSlack is added to the work deadline for writing the response, so
 	// a response for work that hit its deadline can still be delivered.
 	writeSlack = 2 * time.Second
+	// ackWait bounds how long a draining server waits for the client to
+	// acknowledge a response (see awaitAck).
+	ackWait = 2 * time.Second
 )
 
 // ServedRequest describes one stream the server handled, for metrics and
@@ -216,6 +225,8 @@ type Server struct {
 	// serving counts the streams being handled, for Drain; it is never
 	// shut (Close refuses streams itself).
 	serving workGate
+	// draining is set by Drain: responses are held until acknowledged.
+	draining atomic.Bool
 
 	byOutcome [numOutcomes]atomic.Uint64
 	malformed atomic.Uint64
@@ -268,8 +279,12 @@ func (s *Server) Stats() ServerStats {
 // stopping once its peers have stopped sending it work. It returns nil
 // then, or ctx's error if ctx ends first. The server keeps serving
 // meanwhile: a peer that has not yet learnt the node withdrew its work
-// types may still send some, and is answered.
+// types may still send some, and is answered. From the first call on, a
+// request counts as served only once its client has read the response
+// (see awaitAck), so the node may close its connections when Drain
+// returns.
 func (s *Server) Drain(ctx context.Context) error {
+	s.draining.Store(true)
 	return s.serving.wait(ctx)
 }
 
@@ -353,13 +368,13 @@ func (s *Server) serve(str network.Stream, start time.Time, sr *ServedRequest) {
 // run executes a decoded request and answers it.
 func (s *Server) run(str network.Stream, req *Request, sr *ServedRequest) {
 	if s.cfg.allow != nil && !s.cfg.allow(sr.Peer) {
-		s.respond(str, req, Fail(Denied, "peer %s is not allowed to submit work here", sr.Peer), sr)
+		s.respond(str, req, Fail(Denied, "peer %s is not allowed to submit work here", sr.Peer), sr, nil)
 		return
 	}
 	if a := s.cfg.access; a != nil {
 		res, ok := a.acquire(sr.Peer)
 		if !ok {
-			s.respond(str, req, res, sr)
+			s.respond(str, req, res, sr, nil)
 			return
 		}
 		defer a.release(sr.Peer)
@@ -374,8 +389,12 @@ func (s *Server) run(str network.Stream, req *Request, sr *ServedRequest) {
 	_ = str.SetDeadline(deadline.Add(writeSlack))
 
 	t, res, ok := s.pool.admit(ctx, req.Type, req.Payload)
+	var w *watchdog
 	if ok {
-		res = s.execute(str, req, t)
+		res, w = s.execute(str, req, t)
+		if w != nil {
+			defer w.stop()
+		}
 		// The ticket's context keeps the first cause it was cancelled with.
 		if cause := context.Cause(t.ctx); errors.Is(cause, ErrClientGone) || errors.Is(cause, ErrMalformed) ||
 			errors.Is(cause, ErrFaultDropped) {
@@ -387,7 +406,7 @@ func (s *Server) run(str network.Stream, req *Request, sr *ServedRequest) {
 			return
 		}
 	}
-	s.respond(str, req, res, sr)
+	s.respond(str, req, res, sr, w)
 }
 
 // execute runs an admitted request on the stream's goroutine. Work that is
@@ -395,12 +414,15 @@ func (s *Server) run(str network.Stream, req *Request, sr *ServedRequest) {
 // work, or work that waits in the queue, gets a watchdog goroutine that
 // sends the accept frame when the client asked for one, then keeps a read
 // pending on the stream and cancels the work when the client resets it.
-func (s *Server) execute(str network.Stream, req *Request, t *ticket) Result {
+// While the server drains, a watchdog that started is returned still
+// reading, for respond: its read ends with the client's acknowledgement.
+// The caller stops it.
+func (s *Server) execute(str network.Stream, req *Request, t *ticket) (Result, *watchdog) {
 	grace := s.cfg.grace
 	if req.AcceptTimeout > 0 {
 		grace = min(grace, req.AcceptTimeout/4)
 	}
-	w := &watchdog{str: str, cancel: t.cancel, accept: req.AcceptTimeout > 0, done: make(chan struct{})}
+	w := &watchdog{str: str, cancel: t.cancel, accept: req.AcceptTimeout > 0, wrote: make(chan struct{}), done: make(chan struct{})}
 	timer := time.AfterFunc(grace, w.run)
 	res, faulted := Result{}, false
 	if s.cfg.faults != nil {
@@ -410,9 +432,12 @@ func (s *Server) execute(str network.Stream, req *Request, t *ticket) Result {
 		res = s.pool.runInline(t)
 	}
 	if !timer.Stop() {
+		if s.draining.Load() {
+			return res, w
+		}
 		w.stop() // it fired: end its read and wait for it
 	}
-	return res
+	return res, nil
 }
 
 // watchdog watches a request's stream while its work runs. It is started
@@ -423,6 +448,7 @@ type watchdog struct {
 	cancel   context.CancelCauseFunc // the work's context
 	accept   bool
 	stopping atomic.Bool
+	wrote    chan struct{} // closed once the accept frame, if any, is written
 	done     chan struct{}
 }
 
@@ -430,10 +456,14 @@ func (w *watchdog) run() {
 	defer close(w.done)
 	if w.accept {
 		var frame [frameHeaderLen + 1]byte
-		if _, err := w.str.Write(appendAccept(frame[:0])); err != nil {
+		_, err := w.str.Write(appendAccept(frame[:0]))
+		close(w.wrote)
+		if err != nil {
 			w.cancel(fmt.Errorf("%w: write accept frame: %v", ErrClientGone, err))
 			return
 		}
+	} else {
+		close(w.wrote)
 	}
 	// The client keeps its write side open while it waits, so this read
 	// only ends with an error: its reset, a lost connection, or stop.
@@ -461,12 +491,16 @@ func (w *watchdog) stop() {
 }
 
 // respond writes the response frame and closes the stream, or resets it
-// when writing fails.
-func (s *Server) respond(str network.Stream, req *Request, res Result, sr *ServedRequest) {
+// when writing fails. w is the request's watchdog when it is still
+// reading (see execute), or nil.
+func (s *Server) respond(str network.Stream, req *Request, res Result, sr *ServedRequest, w *watchdog) {
 	if len(res.Output) > s.cfg.maxPayload {
 		res = Fail(PermanentError, "%s: output of %d bytes exceeds the limit of %d", req.Type, len(res.Output), s.cfg.maxPayload)
 	}
 	resp := Response{ID: req.ID, Result: res}
+	if w != nil {
+		<-w.wrote // the accept frame goes first
+	}
 	buf := getBuf()
 	*buf = appendResponse((*buf)[:0], &resp)
 	_, err := str.Write(*buf)
@@ -479,7 +513,36 @@ func (s *Server) respond(str network.Stream, req *Request, res Result, sr *Serve
 	}
 	s.byOutcome[res.Outcome].Add(1)
 	sr.Outcome = res.Outcome
+	if s.draining.Load() {
+		s.awaitAck(str, w)
+	}
 	_ = str.Close()
+}
+
+// awaitAck half-closes a stream whose response is written and waits until
+// the client has read it: the client closes its write side only after
+// reading the response, so its FIN (EOF here) is the acknowledgement. A
+// draining node closes its connections once Drain returns, and QUIC
+// discards, with the connection, a response the client has not read yet.
+// The wait ends at ackWait, or when the server closes, with a reset. w is
+// the request's watchdog when it is still reading: its read is the one
+// that ends.
+func (s *Server) awaitAck(str network.Stream, w *watchdog) {
+	_ = str.CloseWrite()
+	ctx, cancel := context.WithTimeout(s.ctx, ackWait)
+	defer cancel()
+	// A reset ends a read on every transport, deadline or not.
+	defer context.AfterFunc(ctx, func() { _ = str.Reset() })()
+	if w != nil {
+		<-w.done
+		return
+	}
+	var b [64]byte
+	for {
+		if _, err := str.Read(b[:]); err != nil {
+			return
+		}
+	}
 }
 
 type clientConfig struct {

@@ -244,6 +244,9 @@ func TestServer_DrainHoldsEachResponseUntilRead(t *testing.T) {
 		for range n {
 			recv(t, g.started, "the requests to start")
 		}
+		ended, stop := context.WithCancel(context.Background())
+		stop()
+		_ = p.server.Drain(ended) // draining before the responses are written
 		drained := make(chan error, 1)
 		go func() {
 			err := p.server.Drain(ctx)

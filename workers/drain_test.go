@@ -147,8 +147,9 @@ func TestDispatcher_SaysWhyARequestEndedEarly(t *testing.T) {
 // connections once its drain returns, and QUIC discards a response the
 // client has not read yet. So while draining, a request counts as served
 // only once the client has read its response: with work done within the
-// grace period and with work that outlasted it (its watchdog reading, the
-// accept frame sent first). A client that never reads holds Drain only
+// grace period and with work that outlasted it (its watchdog had a read
+// pending, which must not close the read side the acknowledgement comes
+// on; the accept frame was sent first). A client that never reads holds Drain only
 // until the server closes; with a real client, closing the server's host
 // the moment Drain returns loses nothing.
 func TestServer_DrainHoldsEachResponseUntilRead(t *testing.T) {

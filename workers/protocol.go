@@ -83,6 +83,9 @@ const (
 	// ackWait bounds how long a draining server waits for the client to
 	// acknowledge a response (see awaitAck).
 	ackWait = 2 * time.Second
+	// stopWait is how long a draining server's watchdog.stop waits for the
+	// read to end by its deadline before it closes the read side.
+	stopWait = 100 * time.Millisecond
 )
 
 // ServedRequest describes one stream the server handled, for metrics and
@@ -368,13 +371,13 @@ func (s *Server) serve(str network.Stream, start time.Time, sr *ServedRequest) {
 // run executes a decoded request and answers it.
 func (s *Server) run(str network.Stream, req *Request, sr *ServedRequest) {
 	if s.cfg.allow != nil && !s.cfg.allow(sr.Peer) {
-		s.respond(str, req, Fail(Denied, "peer %s is not allowed to submit work here", sr.Peer), sr, nil)
+		s.respond(str, req, Fail(Denied, "peer %s is not allowed to submit work here", sr.Peer), sr)
 		return
 	}
 	if a := s.cfg.access; a != nil {
 		res, ok := a.acquire(sr.Peer)
 		if !ok {
-			s.respond(str, req, res, sr, nil)
+			s.respond(str, req, res, sr)
 			return
 		}
 		defer a.release(sr.Peer)
@@ -389,12 +392,8 @@ func (s *Server) run(str network.Stream, req *Request, sr *ServedRequest) {
 	_ = str.SetDeadline(deadline.Add(writeSlack))
 
 	t, res, ok := s.pool.admit(ctx, req.Type, req.Payload)
-	var w *watchdog
 	if ok {
-		res, w = s.execute(str, req, t)
-		if w != nil {
-			defer w.stop()
-		}
+		res = s.execute(str, req, t)
 		// The ticket's context keeps the first cause it was cancelled with.
 		if cause := context.Cause(t.ctx); errors.Is(cause, ErrClientGone) || errors.Is(cause, ErrMalformed) ||
 			errors.Is(cause, ErrFaultDropped) {
@@ -406,7 +405,7 @@ func (s *Server) run(str network.Stream, req *Request, sr *ServedRequest) {
 			return
 		}
 	}
-	s.respond(str, req, res, sr, w)
+	s.respond(str, req, res, sr)
 }
 
 // execute runs an admitted request on the stream's goroutine. Work that is
@@ -414,15 +413,12 @@ func (s *Server) run(str network.Stream, req *Request, sr *ServedRequest) {
 // work, or work that waits in the queue, gets a watchdog goroutine that
 // sends the accept frame when the client asked for one, then keeps a read
 // pending on the stream and cancels the work when the client resets it.
-// While the server drains, a watchdog that started is returned still
-// reading, for respond: its read ends with the client's acknowledgement.
-// The caller stops it.
-func (s *Server) execute(str network.Stream, req *Request, t *ticket) (Result, *watchdog) {
+func (s *Server) execute(str network.Stream, req *Request, t *ticket) Result {
 	grace := s.cfg.grace
 	if req.AcceptTimeout > 0 {
 		grace = min(grace, req.AcceptTimeout/4)
 	}
-	w := &watchdog{str: str, cancel: t.cancel, accept: req.AcceptTimeout > 0, wrote: make(chan struct{}), done: make(chan struct{})}
+	w := &watchdog{str: str, cancel: t.cancel, accept: req.AcceptTimeout > 0, done: make(chan struct{})}
 	timer := time.AfterFunc(grace, w.run)
 	res, faulted := Result{}, false
 	if s.cfg.faults != nil {
@@ -432,12 +428,9 @@ func (s *Server) execute(str network.Stream, req *Request, t *ticket) (Result, *
 		res = s.pool.runInline(t)
 	}
 	if !timer.Stop() {
-		if s.draining.Load() {
-			return res, w
-		}
-		w.stop() // it fired: end its read and wait for it
+		w.stop(s.draining.Load()) // it fired: end its read and wait for it
 	}
-	return res, nil
+	return res
 }
 
 // watchdog watches a request's stream while its work runs. It is started
@@ -448,7 +441,6 @@ type watchdog struct {
 	cancel   context.CancelCauseFunc // the work's context
 	accept   bool
 	stopping atomic.Bool
-	wrote    chan struct{} // closed once the accept frame, if any, is written
 	done     chan struct{}
 }
 
@@ -456,14 +448,10 @@ func (w *watchdog) run() {
 	defer close(w.done)
 	if w.accept {
 		var frame [frameHeaderLen + 1]byte
-		_, err := w.str.Write(appendAccept(frame[:0]))
-		close(w.wrote)
-		if err != nil {
+		if _, err := w.str.Write(appendAccept(frame[:0])); err != nil {
 			w.cancel(fmt.Errorf("%w: write accept frame: %v", ErrClientGone, err))
 			return
 		}
-	} else {
-		close(w.wrote)
 	}
 	// The client keeps its write side open while it waits, so this read
 	// only ends with an error: its reset, a lost connection, or stop.
@@ -483,24 +471,38 @@ func (w *watchdog) run() {
 // yet started) and waits for run to return. Closing the read side ends it
 // where the transport ignores deadlines (mocknet does; there the response
 // was never sent): nothing more is read from the client after its request.
-func (w *watchdog) stop() {
+// While the server drains, the read side stays open for the client's
+// acknowledgement (awaitAck): it is closed only when the deadline has not
+// ended the read within stopWait.
+func (w *watchdog) stop(draining bool) {
 	w.stopping.Store(true)
 	_ = w.str.SetReadDeadline(time.Now())
+	if draining && w.endsWithin(stopWait) {
+		return
+	}
 	_ = w.str.CloseRead()
 	<-w.done
 }
 
+// endsWithin reports whether run returns within d.
+func (w *watchdog) endsWithin(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-w.done:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
 // respond writes the response frame and closes the stream, or resets it
-// when writing fails. w is the request's watchdog when it is still
-// reading (see execute), or nil.
-func (s *Server) respond(str network.Stream, req *Request, res Result, sr *ServedRequest, w *watchdog) {
+// when writing fails.
+func (s *Server) respond(str network.Stream, req *Request, res Result, sr *ServedRequest) {
 	if len(res.Output) > s.cfg.maxPayload {
 		res = Fail(PermanentError, "%s: output of %d bytes exceeds the limit of %d", req.Type, len(res.Output), s.cfg.maxPayload)
 	}
 	resp := Response{ID: req.ID, Result: res}
-	if w != nil {
-		<-w.wrote // the accept frame goes first
-	}
 	buf := getBuf()
 	*buf = appendResponse((*buf)[:0], &resp)
 	_, err := str.Write(*buf)
@@ -514,7 +516,7 @@ func (s *Server) respond(str network.Stream, req *Request, res Result, sr *Serve
 	s.byOutcome[res.Outcome].Add(1)
 	sr.Outcome = res.Outcome
 	if s.draining.Load() {
-		s.awaitAck(str, w)
+		s.awaitAck(str)
 	}
 	_ = str.Close()
 }
@@ -524,19 +526,15 @@ func (s *Server) respond(str network.Stream, req *Request, res Result, sr *Serve
 // reading the response, so its FIN (EOF here) is the acknowledgement. A
 // draining node closes its connections once Drain returns, and QUIC
 // discards, with the connection, a response the client has not read yet.
-// The wait ends at ackWait, or when the server closes, with a reset. w is
-// the request's watchdog when it is still reading: its read is the one
-// that ends.
-func (s *Server) awaitAck(str network.Stream, w *watchdog) {
+// The wait ends at ackWait, or when the server closes.
+func (s *Server) awaitAck(str network.Stream) {
 	_ = str.CloseWrite()
+	_ = str.SetReadDeadline(time.Now().Add(ackWait))
 	ctx, cancel := context.WithTimeout(s.ctx, ackWait)
 	defer cancel()
-	// A reset ends a read on every transport, deadline or not.
+	// A reset ends the read where the transport ignores deadlines, and
+	// when the server closes.
 	defer context.AfterFunc(ctx, func() { _ = str.Reset() })()
-	if w != nil {
-		<-w.done
-		return
-	}
 	var b [64]byte
 	for {
 		if _, err := str.Read(b[:]); err != nil {

@@ -66,7 +66,7 @@ fuzz:
 ## drill: the resilience drill of issue 5 (tests/drill_test.go, about 20s): six node processes,
 ## 1,000 sha256 requests, two workers killed, one failing, one slow; prints the figures. It also runs in make test.
 ## WMTEST_DRILL_SEED=n repeats a run's payloads and kill moments. Then the drain drill
-## (tests/drain_drill_test.go, about 20s, not in make test): 3,000 sleeps through a gateway, SIGTERM
+## (tests/drain_drill_test.go, about 16s, not in make test): 3,000 sleeps through a gateway, SIGTERM
 ## to one of two workers mid-batch, with and without its drain.
 drill:
 	WMTEST_DRAIN_DRILL=1 $(GO) test -count=1 -run '^(TestDrill|TestDrainDrill)$$' -v ./tests/

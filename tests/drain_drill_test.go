@@ -24,7 +24,7 @@ import (
 // not (--drain-timeout 0). Every line must get exactly one result; with
 // the drain, every request must succeed in one attempt. Without it, the
 // cost of the stop is reported. It runs under `make drill`
-// (WMTEST_DRAIN_DRILL=1), about 30 seconds.
+// (WMTEST_DRAIN_DRILL=1), about 16 seconds.
 func TestDrainDrill(t *testing.T) {
 	if os.Getenv("WMTEST_DRAIN_DRILL") == "" {
 		t.Skip("make drill runs it (WMTEST_DRAIN_DRILL=1)")

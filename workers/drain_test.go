@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/libp2p/go-libp2p/core/network"
+
 	"github.com/workmesh/workmesh/config"
 	"github.com/workmesh/workmesh/node"
 )
@@ -149,9 +151,10 @@ func TestDispatcher_SaysWhyARequestEndedEarly(t *testing.T) {
 // only once the client has read its response: with work done within the
 // grace period and with work that outlasted it (its watchdog had a read
 // pending, which must not close the read side the acknowledgement comes
-// on; the accept frame was sent first). A client that never reads holds Drain only
-// until the server closes; with a real client, closing the server's host
-// the moment Drain returns loses nothing.
+// on; the accept frame was sent first). A client that never closes holds
+// Drain only until the server closes, and that close leaves an unread
+// response on its way; with a real client, closing the server's host the
+// moment Drain returns loses nothing.
 func TestServer_DrainHoldsEachResponseUntilRead(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -206,23 +209,62 @@ func TestServer_DrainHoldsEachResponseUntilRead(t *testing.T) {
 		})
 	}
 
-	t.Run("a client that never reads", func(t *testing.T) {
+	// A raw client's request on a draining server whose acknowledgement
+	// wait only Close can end within the test (ackWait is a minute).
+	drainingRaw := func(t *testing.T) (*pair, network.Stream) {
 		p := newPair(t, nil)
+		p.server.ackWait = time.Minute
 		s := rawStream(t, p.clientHost, p.serverHost)
 		ended, stop := context.WithCancel(context.Background())
 		stop()
 		_ = p.server.Drain(ended)
 		_, err := s.Write(appendRequest(nil, &Request{ID: "x", Type: "echo", Payload: []byte("x")}))
 		must(t, err)
+		return p, s
+	}
+	readResponse := func(t *testing.T, s network.Stream) error {
+		body, _, err := readFrame(s, frameLimit(DefaultMaxPayload), nil)
+		if err != nil {
+			return err
+		}
+		resp, _, err := decodeServerFrame(body, DefaultMaxPayload)
+		if err == nil && (resp.ID != "x" || resp.Outcome != Success) {
+			err = fmt.Errorf("response %+v", resp)
+		}
+		return err
+	}
+	closeAndDrain := func(t *testing.T, p *pair) {
 		ctx, cancel := context.WithTimeout(context.Background(), failAfter)
 		defer cancel()
 		drained := make(chan error, 1)
 		go func() { drained <- p.server.Drain(ctx) }()
-		// The server owes nothing more once closed.
 		closed := make(chan error, 1)
 		go func() { closed <- p.server.Close() }()
-		must(t, recv(t, closed, "Close with a response unread"))
+		must(t, recv(t, closed, "Close with an acknowledgement outstanding"))
 		must(t, recv(t, drained, "Drain once the server closed"))
+	}
+
+	t.Run("a client that reads but never closes", func(t *testing.T) {
+		p, s := drainingRaw(t)
+		must(t, readResponse(t, s))
+		// The server owes nothing more once closed.
+		closeAndDrain(t, p)
+	})
+
+	t.Run("the server closed before the client read", func(t *testing.T) {
+		p, s := drainingRaw(t)
+		deadline := time.Now().Add(failAfter)
+		for p.server.Stats().ByOutcome[Success] == 0 { // counted once written, before the wait
+			if time.Now().After(deadline) {
+				t.Fatal("no response written")
+			}
+			time.Sleep(time.Millisecond) // the count has no event of its own
+		}
+		closeAndDrain(t, p)
+		// Ending the wait left the response on its way.
+		if err := readResponse(t, s); err != nil {
+			t.Errorf("the response after the server closed: %v", err)
+		}
 	})
 
 	t.Run("the host closed when Drain returns", func(t *testing.T) {

@@ -80,12 +80,13 @@ const (
 	// writeSlack is added to the work deadline for writing the response, so
 	// a response for work that hit its deadline can still be delivered.
 	writeSlack = 2 * time.Second
-	// ackWait bounds how long a draining server waits for the client to
-	// acknowledge a response (see awaitAck).
-	ackWait = 2 * time.Second
+	// defaultAckWait bounds how long a draining server waits for the client
+	// to acknowledge a response (see awaitAck).
+	defaultAckWait = 2 * time.Second
 	// stopWait is how long a draining server's watchdog.stop waits for the
-	// read to end by its deadline before it closes the read side.
-	stopWait = 100 * time.Millisecond
+	// read to end by its deadline before it closes the read side. Only a
+	// transport that ignores deadlines (mocknet) waits it out.
+	stopWait = time.Second
 )
 
 // ServedRequest describes one stream the server handled, for metrics and
@@ -228,8 +229,10 @@ type Server struct {
 	// serving counts the streams being handled, for Drain; it is never
 	// shut (Close refuses streams itself).
 	serving workGate
-	// draining is set by Drain: responses are held until acknowledged.
+	// draining is set by Drain: responses are held until acknowledged,
+	// at most ackWait.
 	draining atomic.Bool
+	ackWait  time.Duration
 
 	byOutcome [numOutcomes]atomic.Uint64
 	malformed atomic.Uint64
@@ -258,7 +261,7 @@ func NewServer(h host.Host, network string, pool *Pool, opts ...ServerOption) (*
 		}
 	}
 	ctx, cancel := context.WithCancelCause(context.Background())
-	s := &Server{h: h, pid: ProtocolID(network), pool: pool, cfg: cfg, ctx: ctx, cancel: cancel}
+	s := &Server{h: h, pid: ProtocolID(network), pool: pool, cfg: cfg, ctx: ctx, cancel: cancel, ackWait: defaultAckWait}
 	s.cfg.log = cfg.log.WithField("protocol", string(s.pid))
 	h.SetStreamHandler(s.pid, s.handle)
 	return s, nil
@@ -283,9 +286,9 @@ func (s *Server) Stats() ServerStats {
 // then, or ctx's error if ctx ends first. The server keeps serving
 // meanwhile: a peer that has not yet learnt the node withdrew its work
 // types may still send some, and is answered. From the first call on, a
-// request counts as served only once its client has read the response
-// (see awaitAck), so the node may close its connections when Drain
-// returns.
+// request whose response is written counts as served only once its
+// client has read the response, or after 2s without a sign of it (see
+// awaitAck), so the node may close its connections when Drain returns.
 func (s *Server) Drain(ctx context.Context) error {
 	s.draining.Store(true)
 	return s.serving.wait(ctx)
@@ -526,18 +529,26 @@ func (s *Server) respond(str network.Stream, req *Request, res Result, sr *Serve
 // reading the response, so its FIN (EOF here) is the acknowledgement. A
 // draining node closes its connections once Drain returns, and QUIC
 // discards, with the connection, a response the client has not read yet.
-// The wait ends at ackWait, or when the server closes.
+// The wait for the FIN ends at ackWait, or when the server closes, by
+// closing the read side: the response itself stays on its way. (A read
+// side the watchdog had to close already, or a Drain that began after the
+// work ended, means no wait: the stack's drain serves on for a second
+// after it began anyway.)
 func (s *Server) awaitAck(str network.Stream) {
-	_ = str.CloseWrite()
-	_ = str.SetReadDeadline(time.Now().Add(ackWait))
-	ctx, cancel := context.WithTimeout(s.ctx, ackWait)
+	ctx, cancel := context.WithTimeout(s.ctx, s.ackWait)
 	defer cancel()
-	// A reset ends the read where the transport ignores deadlines, and
-	// when the server closes.
-	defer context.AfterFunc(ctx, func() { _ = str.Reset() })()
+	// CloseRead ends the read on every transport, deadline or not.
+	defer context.AfterFunc(ctx, func() { _ = str.CloseRead() })()
+	_ = str.CloseWrite()
+	_ = str.SetReadDeadline(time.Now().Add(s.ackWait))
 	var b [64]byte
 	for {
-		if _, err := str.Read(b[:]); err != nil {
+		_, err := str.Read(b[:])
+		if errors.Is(err, io.EOF) {
+			return
+		}
+		if err != nil {
+			s.cfg.log.WithField("peer", str.Conn().RemotePeer()).Debugf("draining: no acknowledgement of a response: %v", err)
 			return
 		}
 	}

@@ -530,10 +530,9 @@ func (s *Server) respond(str network.Stream, req *Request, res Result, sr *Serve
 // draining node closes its connections once Drain returns, and QUIC
 // discards, with the connection, a response the client has not read yet.
 // The wait for the FIN ends at ackWait, or when the server closes, by
-// closing the read side: the response itself stays on its way. (A read
-// side the watchdog had to close already, or a Drain that began after the
-// work ended, means no wait: the stack's drain serves on for a second
-// after it began anyway.)
+// closing the read side: the response itself stays on its way. (When
+// Drain began only after a watchdog had closed the read side, there is no
+// wait: the stack's drain serves on for a second after it began anyway.)
 func (s *Server) awaitAck(str network.Stream) {
 	ctx, cancel := context.WithTimeout(s.ctx, s.ackWait)
 	defer cancel()

@@ -145,6 +145,13 @@ func TestDispatcher_SaysWhyARequestEndedEarly(t *testing.T) {
 	}
 }
 
+// startDraining puts s in its draining state without waiting for it.
+func startDraining(s *Server) {
+	ended, stop := context.WithCancel(context.Background())
+	stop()
+	_ = s.Drain(ended)
+}
+
 // TestServer_DrainHoldsEachResponseUntilRead: a node closes its
 // connections once its drain returns, and QUIC discards a response the
 // client has not read yet. So while draining, a request counts as served
@@ -180,9 +187,7 @@ func TestServer_DrainHoldsEachResponseUntilRead(t *testing.T) {
 					t.Fatalf("first frame: accepted %t, %v; want the accept frame", accepted, err)
 				}
 			}
-			ended, stop := context.WithCancel(context.Background())
-			stop()
-			_ = p.server.Drain(ended) // draining from here on
+			startDraining(p.server)
 			g.open()
 
 			// Unread, the response holds Drain.
@@ -215,9 +220,7 @@ func TestServer_DrainHoldsEachResponseUntilRead(t *testing.T) {
 		p := newPair(t, nil)
 		p.server.ackWait = time.Minute
 		s := rawStream(t, p.clientHost, p.serverHost)
-		ended, stop := context.WithCancel(context.Background())
-		stop()
-		_ = p.server.Drain(ended)
+		startDraining(p.server)
 		_, err := s.Write(appendRequest(nil, &Request{ID: "x", Type: "echo", Payload: []byte("x")}))
 		must(t, err)
 		return p, s
@@ -287,9 +290,7 @@ func TestServer_DrainHoldsEachResponseUntilRead(t *testing.T) {
 		for range n {
 			recv(t, g.started, "the requests to start")
 		}
-		ended, stop := context.WithCancel(context.Background())
-		stop()
-		_ = p.server.Drain(ended) // draining before the responses are written
+		startDraining(p.server) // before the responses are written
 		drained := make(chan error, 1)
 		go func() {
 			err := p.server.Drain(ctx)

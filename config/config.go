@@ -223,9 +223,11 @@ type FaultConfig struct {
 
 // HTTPConfig bounds the http work type.
 type HTTPConfig struct {
-	// Allow lists the hosts and CIDRs the http work type may fetch from
+	// Allow lists the hosts, addresses and CIDRs (each with an optional
+	// ":port", for that port only) the http work type may fetch from
 	// besides public addresses; loopback, link-local and private ranges are
-	// refused unless listed here.
+	// refused unless listed here. The node's own API and listen ports are
+	// refused whatever it lists.
 	Allow []string `koanf:"http-allow"`
 	// MaxBody bounds the response body returned, in bytes.
 	MaxBody int `koanf:"http-max-body"`

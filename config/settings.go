@@ -72,7 +72,7 @@ var help = map[string]string{
 	"fault-delay":      "delay this node adds before every work request on purpose (drills)",
 	"fault-drop-rate":  "share of work requests this node drops without an answer on purpose (drills)",
 
-	"http-allow":    "host or CIDR the http work type may fetch from although it is loopback, link-local or private (repeatable)",
+	"http-allow":    "host, address or CIDR, with :port for one port only, that the http work type may fetch from although loopback, link-local or private: every service it covers is open to the peers accept-work-from admits; this node's own API and listen ports never are (repeatable)",
 	"http-max-body": "maximum bytes of a response body the http work type returns",
 
 	"jsonrpc-upstream":      "JSON-RPC 2.0 endpoint the jsonrpc work type relays to (empty: not served)",

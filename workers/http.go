@@ -9,11 +9,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/netip"
 	"net/url"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unicode/utf8"
@@ -106,12 +109,15 @@ var httpMethods = map[string]bool{
 // HTTPHandler is the http work type: it fetches a URL and returns the
 // status, selected headers and body. It refuses to connect to loopback,
 // private, link-local and other special addresses unless http-allow lists
-// the host or a CIDR covering the address; the check is made on the
-// address actually dialed, so it holds after DNS resolution (and against
+// the host or a CIDR covering the address (on every port, or on the one
+// the entry names), and it never connects to the node's own ports
+// (ProtectOwnPorts), whatever http-allow lists; the checks are made on the
+// address actually dialed, so they hold after DNS resolution (and against
 // DNS rebinding) and after every redirect.
 type HTTPHandler struct {
 	client    *http.Client
 	allow     httpAllow
+	own       ownPorts
 	maxBody   int
 	maxOutput int
 	timeout   time.Duration
@@ -225,7 +231,7 @@ func NewHTTPHandler(cfg config.HTTPConfig, opts ...HTTPOption) (*HTTPHandler, er
 			}
 			// A literal address is refused here already, with the redirect
 			// named; names are checked when dialed, like every address.
-			if err := h.allow.checkLiteral(req.URL.Hostname()); err != nil {
+			if err := h.checkLiteral(req.URL); err != nil {
 				return fmt.Errorf("redirect to %s: %w", req.URL.Redacted(), err)
 			}
 			return nil
@@ -238,26 +244,34 @@ func NewHTTPHandler(cfg config.HTTPConfig, opts ...HTTPOption) (*HTTPHandler, er
 func (h *HTTPHandler) Close() { h.client.CloseIdleConnections() }
 
 // dial connects to addr, refusing every address the allowlist does not
-// permit. The check runs in the dialer's Control hook, on the resolved
-// address about to be connected, before any packet is sent.
+// permit and, whatever it permits, the node's own ports. The check runs in
+// the dialer's Control hook, on the resolved address about to be
+// connected, before any packet is sent.
 func (h *HTTPHandler) dial(ctx context.Context, network, addr string) (net.Conn, error) {
-	host, _, err := net.SplitHostPort(addr)
+	host, portText, err := net.SplitHostPort(addr)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", addr, err)
 	}
-	hostAllowed := h.allow.hostAllowed(host)
+	port, err := strconv.ParseUint(portText, 10, 16)
+	if err != nil {
+		return nil, fmt.Errorf("dial %s: port %q: %w", addr, portText, err)
+	}
+	hostAllowed := h.allow.hostAllowed(host, uint16(port))
 	d := net.Dialer{
 		Timeout:   10 * time.Second,
 		KeepAlive: 30 * time.Second,
 		Control: func(_, address string, _ syscall.RawConn) error {
-			if hostAllowed {
-				return nil
-			}
 			ap, err := netip.ParseAddrPort(address)
 			if err != nil {
 				return fmt.Errorf("dial %s: address %q: %w", host, address, err)
 			}
-			if err := h.allow.checkAddr(ap.Addr()); err != nil {
+			if err := h.own.check(ap); err != nil {
+				return err
+			}
+			if hostAllowed {
+				return nil
+			}
+			if err := h.allow.checkAddr(ap.Addr(), ap.Port()); err != nil {
 				if _, literal := netip.ParseAddr(host); literal == nil {
 					return err
 				}
@@ -267,6 +281,83 @@ func (h *HTTPHandler) dial(ctx context.Context, network, addr string) (net.Conn,
 		},
 	}
 	return d.DialContext(ctx, network, addr)
+}
+
+// checkLiteral checks a redirect's target when its host is an IP address
+// (a name is checked when dialed, like every address).
+func (h *HTTPHandler) checkLiteral(u *url.URL) error {
+	ip, err := netip.ParseAddr(u.Hostname())
+	if err != nil {
+		return nil
+	}
+	port := urlPort(u)
+	if err := h.own.check(netip.AddrPortFrom(ip, port)); err != nil {
+		return err
+	}
+	return h.allow.checkLiteral(u.Hostname(), port)
+}
+
+// urlPort is the port a URL connects to: its own, or its scheme's.
+func urlPort(u *url.URL) uint16 {
+	if p, err := strconv.ParseUint(u.Port(), 10, 16); err == nil {
+		return uint16(p)
+	}
+	if u.Scheme == "https" {
+		return 443
+	}
+	return 80
+}
+
+// ProtectOwnPorts makes ports of this machine unfetchable, whatever
+// http-allow says: the node gives its API port and its listen ports, so
+// that no peer can use the http work type to reach the node's own API
+// (and, say, switch on its fault injection) or its libp2p endpoints. An
+// address is of this machine when it is loopback, unspecified or one of
+// its interfaces' addresses. Each call replaces the ports of the last;
+// what names each port is shown in the refusal.
+func (h *HTTPHandler) ProtectOwnPorts(ports map[uint16]string) {
+	m := maps.Clone(ports)
+	h.own.ports.Store(&m)
+}
+
+// ownPorts are the node's own ports (ProtectOwnPorts).
+type ownPorts struct {
+	ports atomic.Pointer[map[uint16]string]
+}
+
+// check refuses ap when its port is one of the node's own and its address
+// is this machine's.
+func (o *ownPorts) check(ap netip.AddrPort) error {
+	m := o.ports.Load()
+	if m == nil {
+		return nil
+	}
+	what, ok := (*m)[ap.Port()]
+	if !ok || !o.local(ap.Addr()) {
+		return nil
+	}
+	return fmt.Errorf("%s is this node's own %s, which the http work type never fetches, whatever http-allow lists: %w",
+		ap, what, ErrDestinationRefused)
+}
+
+// local reports whether ip is an address of this machine.
+func (o *ownPorts) local(ip netip.Addr) bool {
+	ip = ip.Unmap().WithZone("")
+	if ip.IsLoopback() || ip.IsUnspecified() {
+		return true
+	}
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return true // unknown: refuse rather than risk the node's own API
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok {
+			if ai, ok := netip.AddrFromSlice(n.IP); ok && ai.Unmap() == ip {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // Do fetches the payload's URL and returns an HTTPResponse in JSON. A 5xx
@@ -472,37 +563,83 @@ func validHeaderName(s string) bool {
 
 // httpAllow is the parsed http-allow list.
 type httpAllow struct {
-	prefixes []netip.Prefix
-	hosts    map[string]bool
-	suffixes []string // ".example.com" for "*.example.com"
+	rules []allowRule
+}
+
+// allowRule is one http-allow entry: an address range, a host name or a
+// "*." wildcard of a domain, each for one port or (port 0) for every port.
+type allowRule struct {
+	prefix netip.Prefix // valid for an address or CIDR entry
+	host   string       // a host name entry
+	suffix string       // ".example.com" for "*.example.com"
+	port   uint16       // 0: every port
 }
 
 // parseHTTPAllow parses http-allow entries: CIDRs, addresses, host names
-// and "*." wildcards of a domain.
+// and "*." wildcards of a domain, each optionally followed by ":port"
+// (an IPv6 address or CIDR with a port in brackets: "[::1]:8080",
+// "[fd00::/8]:443").
 func parseHTTPAllow(entries []string) (httpAllow, error) {
-	a := httpAllow{hosts: map[string]bool{}}
+	var a httpAllow
 	for i, raw := range entries {
-		e := strings.ToLower(strings.TrimSuffix(strings.TrimSpace(raw), "."))
-		if p, err := netip.ParsePrefix(e); err == nil {
-			a.prefixes = append(a.prefixes, p.Masked())
-			continue
+		r, ok := parseAllowRule(strings.ToLower(strings.TrimSpace(raw)))
+		if !ok {
+			return httpAllow{}, fmt.Errorf("http-allow entry %d (%q): want a CIDR, an IP address, a host name or *.domain, each with an optional :port", i+1, raw)
 		}
-		if ip, err := netip.ParseAddr(e); err == nil {
-			ip = ip.Unmap().WithZone("")
-			a.prefixes = append(a.prefixes, netip.PrefixFrom(ip, ip.BitLen()))
-			continue
-		}
-		if strings.HasPrefix(e, "*.") && validHostName(e[2:]) {
-			a.suffixes = append(a.suffixes, e[1:])
-			continue
-		}
-		if validHostName(e) {
-			a.hosts[e] = true
-			continue
-		}
-		return httpAllow{}, fmt.Errorf("http-allow entry %d (%q): want a CIDR, an IP address, a host name or *.domain", i+1, raw)
+		a.rules = append(a.rules, r)
 	}
 	return a, nil
+}
+
+// parseAllowRule parses one lower-cased entry.
+func parseAllowRule(e string) (allowRule, bool) {
+	if r, ok := parseAllowTarget(e); ok {
+		return r, true
+	}
+	// With a port: "[v6 or v6/len]:port", or "v4, v4/len or name:port".
+	var target, port string
+	if strings.HasPrefix(e, "[") {
+		end := strings.Index(e, "]:")
+		if end < 0 {
+			return allowRule{}, false
+		}
+		target, port = e[1:end], e[end+2:]
+		if !strings.Contains(target, ":") {
+			return allowRule{}, false // brackets are for IPv6 only
+		}
+	} else {
+		i := strings.LastIndexByte(e, ':')
+		if i < 0 || strings.Count(e, ":") != 1 {
+			return allowRule{}, false
+		}
+		target, port = e[:i], e[i+1:]
+	}
+	n, err := strconv.ParseUint(port, 10, 16)
+	if err != nil || n == 0 || strconv.FormatUint(n, 10) != port {
+		return allowRule{}, false
+	}
+	r, ok := parseAllowTarget(target)
+	r.port = uint16(n)
+	return r, ok
+}
+
+// parseAllowTarget parses an entry without a port.
+func parseAllowTarget(e string) (allowRule, bool) {
+	e = strings.TrimSuffix(e, ".")
+	if p, err := netip.ParsePrefix(e); err == nil {
+		return allowRule{prefix: p.Masked()}, true
+	}
+	if ip, err := netip.ParseAddr(e); err == nil {
+		ip = ip.Unmap().WithZone("")
+		return allowRule{prefix: netip.PrefixFrom(ip, ip.BitLen())}, true
+	}
+	if strings.HasPrefix(e, "*.") && validHostName(e[2:]) {
+		return allowRule{suffix: e[1:]}, true
+	}
+	if validHostName(e) {
+		return allowRule{host: e}, true
+	}
+	return allowRule{}, false
 }
 
 // validHostName reports whether s is a DNS name of letters, digits, '-'
@@ -520,14 +657,18 @@ func validHostName(s string) bool {
 	return true
 }
 
-// hostAllowed reports whether host (as named in the URL) is listed by name.
-func (a httpAllow) hostAllowed(host string) bool {
+// covers reports whether the rule applies to port.
+func (r allowRule) covers(port uint16) bool { return r.port == 0 || r.port == port }
+
+// hostAllowed reports whether host (as named in the URL) is listed by name
+// for port.
+func (a httpAllow) hostAllowed(host string, port uint16) bool {
 	h := strings.ToLower(strings.TrimSuffix(host, "."))
-	if a.hosts[h] {
-		return true
-	}
-	for _, s := range a.suffixes {
-		if strings.HasSuffix(h, s) {
+	for _, r := range a.rules {
+		if !r.covers(port) {
+			continue
+		}
+		if r.host != "" && r.host == h || r.suffix != "" && strings.HasSuffix(h, r.suffix) {
 			return true
 		}
 	}
@@ -535,29 +676,29 @@ func (a httpAllow) hostAllowed(host string) bool {
 }
 
 // checkAddr returns an error wrapping ErrDestinationRefused when ip is in
-// a refused range and no allowed CIDR covers it.
-func (a httpAllow) checkAddr(ip netip.Addr) error {
+// a refused range and no allowed CIDR covers it on port.
+func (a httpAllow) checkAddr(ip netip.Addr, port uint16) error {
 	why := refusedRange(ip)
 	if why == "" {
 		return nil
 	}
 	plain := ip.Unmap().WithZone("")
-	for _, p := range a.prefixes {
-		if p.Contains(plain) {
+	for _, r := range a.rules {
+		if r.prefix.IsValid() && r.covers(port) && r.prefix.Contains(plain) {
 			return nil
 		}
 	}
-	return fmt.Errorf("%s, a %s address not in http-allow: %w", ip, why, ErrDestinationRefused)
+	return fmt.Errorf("%s, a %s address not in http-allow: %w", netip.AddrPortFrom(ip, port), why, ErrDestinationRefused)
 }
 
 // checkLiteral checks a URL host that is an IP address; names pass (they
 // are checked when dialed) unless the name itself is allowed.
-func (a httpAllow) checkLiteral(host string) error {
+func (a httpAllow) checkLiteral(host string, port uint16) error {
 	ip, err := netip.ParseAddr(host)
-	if err != nil || a.hostAllowed(host) {
+	if err != nil || a.hostAllowed(host, port) {
 		return nil
 	}
-	return a.checkAddr(ip)
+	return a.checkAddr(ip, port)
 }
 
 // specialRange is an address range the http type refuses unless allowed.

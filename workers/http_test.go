@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -91,7 +92,7 @@ func TestHTTPAllow(t *testing.T) {
 		{"10.9.9.9", true}, {"192.168.1.7", true}, {"192.168.1.8", false}, {"::1", true},
 		{"::ffff:10.1.1.1", true}, {"127.0.0.1", false}, {"8.8.8.8", true},
 	} {
-		err := a.checkAddr(netip.MustParseAddr(c.ip))
+		err := a.checkAddr(netip.MustParseAddr(c.ip), 80)
 		if (err == nil) != c.ok {
 			t.Errorf("checkAddr(%s) = %v, want allowed %v", c.ip, err, c.ok)
 		}
@@ -103,15 +104,115 @@ func TestHTTPAllow(t *testing.T) {
 		"internal.example": true, "INTERNAL.example.": true, "a.corp.example": true, "x.y.corp.example": true,
 		"corp.example": false, "evilcorp.example": false, "internal.example.evil": false,
 	} {
-		if got := a.hostAllowed(host); got != ok {
+		if got := a.hostAllowed(host, 443); got != ok {
 			t.Errorf("hostAllowed(%s) = %v, want %v", host, got, ok)
 		}
 	}
-	for _, bad := range []string{"", "http://x", "10.0.0.0/33", "a b", "*.", "*x.com", "a..b"} {
+	for _, bad := range []string{"", "http://x", "10.0.0.0/33", "a b", "*.", "*x.com", "a..b",
+		"127.0.0.1:0", "127.0.0.1:65536", "127.0.0.1:08", "127.0.0.1:", "[127.0.0.1]:80", "::1:80x", "[::1]", "a:b:80"} {
 		if _, err := parseHTTPAllow([]string{"10.0.0.0/8", bad}); err == nil || !strings.Contains(err.Error(), "entry 2") {
 			t.Errorf("parseHTTPAllow(%q) = %v, want an error naming entry 2", bad, err)
 		}
 	}
+}
+
+// TestHTTPAllowPorts: an entry with a port allows that port only; one
+// without allows every port.
+func TestHTTPAllowPorts(t *testing.T) {
+	a, err := parseHTTPAllow([]string{"127.0.0.1:8080", "10.0.0.0/8:443", "[::1]:9000", "[fd00::/8]:53", "api.internal:8443", "*.corp.example:80", "192.168.1.7"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		ip   string
+		port uint16
+		ok   bool
+	}{
+		{"127.0.0.1", 8080, true}, {"127.0.0.1", 8081, false}, {"127.0.0.1", 7400, false},
+		{"10.1.2.3", 443, true}, {"10.1.2.3", 80, false},
+		{"::1", 9000, true}, {"::1", 9001, false},
+		{"fd00::5", 53, true}, {"fd00::5", 54, false},
+		{"192.168.1.7", 1, true}, {"192.168.1.7", 65535, true},
+	} {
+		if err := a.checkAddr(netip.MustParseAddr(c.ip), c.port); (err == nil) != c.ok {
+			t.Errorf("checkAddr(%s, %d) = %v, want allowed %v", c.ip, c.port, err, c.ok)
+		}
+	}
+	for _, c := range []struct {
+		host string
+		port uint16
+		ok   bool
+	}{
+		{"api.internal", 8443, true}, {"api.internal", 443, false}, {"x.corp.example", 80, true}, {"x.corp.example", 8080, false},
+	} {
+		if got := a.hostAllowed(c.host, c.port); got != c.ok {
+			t.Errorf("hostAllowed(%s, %d) = %v, want %v", c.host, c.port, got, c.ok)
+		}
+	}
+}
+
+// TestHTTPHandler_OwnPortsRefusedWhateverAllowed: with loopback allowed
+// (every port), the node's own ports are still refused, on loopback, on
+// the unspecified address and on an address of one of its interfaces, and
+// after a redirect; other loopback ports are fetched.
+func TestHTTPHandler_OwnPortsRefusedWhateverAllowed(t *testing.T) {
+	own := newCountingServer(t, func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "the node's API") })
+	other := newCountingServer(t, func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok") })
+	ownPort := uint16(own.Listener.Addr().(*net.TCPAddr).Port)
+	redirect := newCountingServer(t, func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, own.URL+"/v1/faults", http.StatusFound)
+	})
+	urls := []string{
+		own.URL + "/v1/faults",
+		fmt.Sprintf("http://127.0.0.9:%d/v1/faults", ownPort),
+		fmt.Sprintf("http://0.0.0.0:%d/v1/faults", ownPort),
+		fmt.Sprintf("http://[::ffff:127.0.0.1]:%d/v1/faults", ownPort),
+		redirect.URL,
+	}
+	allow := []string{"127.0.0.0/8", "::1", "0.0.0.0"}
+	// An address of one of this machine's interfaces (a connection to it
+	// stays on the machine), when it has one besides loopback.
+	if ip, ok := interfaceAddr(t); ok {
+		urls = append(urls, "http://"+netip.AddrPortFrom(ip, ownPort).String()+"/v1/faults")
+		allow = append(allow, ip.String())
+	}
+	h, err := NewHTTPHandler(config.HTTPConfig{Allow: allow, MaxBody: 1 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	h.ProtectOwnPorts(map[uint16]string{ownPort: "API port"})
+	for _, u := range urls {
+		payload := fmt.Sprintf(`{"url":%q,"method":"PUT","body":"{\"error_rate\":1}"}`, u)
+		r := h.Do(context.Background(), []byte(payload))
+		if r.Outcome != PermanentError || !strings.Contains(r.Error, "this node's own API port") || !strings.Contains(r.Error, "destination refused") {
+			t.Errorf("%s: %s %q, want a permanent error naming the node's own API port", u, r.Outcome, r.Error)
+		}
+	}
+	if n := own.hits.Load(); n != 0 {
+		t.Errorf("the node's own port got %d requests, want 0", n)
+	}
+	if r := h.Do(context.Background(), []byte(other.URL)); r.Outcome != Success {
+		t.Errorf("another loopback port: %s %q, want success", r.Outcome, r.Error)
+	}
+}
+
+// interfaceAddr returns an IPv4 address of one of this machine's
+// interfaces other than loopback.
+func interfaceAddr(t *testing.T) (netip.Addr, bool) {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Logf("interface addresses: %v", err)
+		return netip.Addr{}, false
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok {
+			if ip, ok := netip.AddrFromSlice(n.IP); ok && ip.Unmap().Is4() && !ip.IsLoopback() {
+				return ip.Unmap(), true
+			}
+		}
+	}
+	return netip.Addr{}, false
 }
 
 // countingServer is a loopback server that counts its hits.

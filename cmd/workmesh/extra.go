@@ -3,12 +3,16 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
 	"slices"
+	"strconv"
 	"sync/atomic"
 
+	ma "github.com/multiformats/go-multiaddr"
 	"github.com/sirupsen/logrus"
 
 	"github.com/workmesh/workmesh/config"
+	"github.com/workmesh/workmesh/node"
 	"github.com/workmesh/workmesh/workers"
 )
 
@@ -63,6 +67,31 @@ func newExtraTypes(ctx context.Context, cfg config.Config, log *logrus.Logger) (
 		return nil, usageError{fmt.Errorf("work type jsonrpc needs --jsonrpc-upstream")}
 	}
 	return e, nil
+}
+
+// protectOwnPorts keeps the http work type away from n's own API port and
+// listen ports, whatever http-allow lists. It runs once n listens (a port
+// of 0 is known only then) and before any work can arrive.
+func (e *extraTypes) protectOwnPorts(n *node.Node) {
+	if e.http == nil {
+		return
+	}
+	ports := make(map[uint16]string)
+	for _, a := range n.Host().Network().ListenAddresses() {
+		for _, code := range []int{ma.P_UDP, ma.P_TCP} {
+			if v, err := a.ValueForProtocol(code); err == nil {
+				if p, err := strconv.ParseUint(v, 10, 16); err == nil {
+					ports[uint16(p)] = "listen port"
+				}
+			}
+		}
+	}
+	if _, v, err := net.SplitHostPort(n.APIAddr()); err == nil {
+		if p, err := strconv.ParseUint(v, 10, 16); err == nil {
+			ports[uint16(p)] = "API port"
+		}
+	}
+	e.http.ProtectOwnPorts(ports)
 }
 
 // newRegistry returns a registry of the built-in types work-types lists

@@ -123,6 +123,7 @@ func startStack(ctx context.Context, cfg config.Config, log *logrus.Logger, opts
 		return fail(err)
 	}
 	s.node = n
+	extra.protectOwnPorts(n)
 	if s.server, err = workers.NewServer(n.Host(), n.Network(), pool, workers.WithServerLogger(log),
 		workers.WithObserver(servedLogger(log)), workers.WithAccess(access), workers.WithFaults(faults)); err != nil {
 		return fail(err)

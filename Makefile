@@ -45,11 +45,12 @@ DEMO_API ?= 127.0.0.1:7400
 demo: build
 	./$(BIN) devnet --demo --api $(DEMO_API)
 
-## lint: formatting and go vet
+## lint: formatting, go vet and staticcheck (the version pinned by the tool directive in go.mod)
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) tool staticcheck ./...
 
 clean:
 	rm -rf bin

@@ -10,11 +10,12 @@
 // outcomes, liveness polling with a decaying failure counter, and the
 // per-request budget of remote peers, retries and hedges.
 //
-// selection is pure: it imports no libp2p, starts no goroutines and reads the
-// time only through an injected Clock, so every rule is testable with a fake
-// clock and usable by any transport. Ranking is computed off the request path
-// (Selector.Refresh) and published as an immutable snapshot; a request does one
-// atomic load and takes no lock shared with other requests.
+// selection is pure: of workmesh's packages it imports only config, it imports
+// no libp2p, starts no goroutines and reads the time only through an injected
+// Clock, so every rule is testable with a fake clock and usable by any
+// transport. Ranking is computed off the request path (Selector.Refresh) and
+// published as an immutable snapshot; a request does one atomic load and takes
+// no lock shared with other requests.
 package selection
 
 import "time"

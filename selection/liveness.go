@@ -118,14 +118,8 @@ func (l *Liveness) OnTransition(f func(Transition)) {
 	l.mu.Unlock()
 }
 
-// handle returns the peer's health, creating it StateAlive (peers are trusted
-// until they fail) when it is new.
-func (l *Liveness) handle(id string) *health {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.handleLocked(id)
-}
-
+// handleLocked returns the peer's health, creating it StateAlive (peers are
+// trusted until they fail) when it is new. l.mu must be held.
 func (l *Liveness) handleLocked(id string) *health {
 	h := l.peers[id]
 	if h == nil {

@@ -96,15 +96,11 @@ type scoreInputs struct {
 	load        float64 // advertised utilisation, 0 (idle) to 1 (full) and beyond
 }
 
-// score turns the inputs into a number in (0, 1]; higher is better. Each term
-// is a cost scaled by its weight: latency relative to the best peer (a peer
-// twice as slow costs 1), error and busy rates, head lag (a peer 1 behind
-// costs 0.5, far behind nearly 1) and load.
-func score(in scoreInputs, w config.RatingConfig) float64 {
-	return 1 / (1 + cost(in, w))
-}
-
-// cost is the sum of the weighted costs behind a score.
+// cost is the sum of the weighted costs behind a score; the score, a number
+// in (0, 1] where higher is better, is 1 / (1 + cost). Each term is a cost
+// scaled by its weight: latency relative to the best peer (a peer twice as
+// slow costs 1), error and busy rates, head lag (a peer 1 behind costs 0.5,
+// far behind nearly 1) and load.
 func cost(in scoreInputs, w config.RatingConfig) float64 {
 	cost := 0.0
 	if in.bestLatency > 0 && in.latency > in.bestLatency {

@@ -139,12 +139,10 @@ func startMember(t testing.TB, hits *hitCounter, spec memberSpec, boot *member) 
 		t.Fatalf("member %s: config: %v", spec.name, err)
 	}
 	reg := workers.NewRegistry()
-	var types []string
 	for name, h := range spec.handlers {
 		if err := reg.Register(name, h); err != nil {
 			t.Fatal(err)
 		}
-		types = append(types, name)
 	}
 	cfg.Node.WorkTypes = reg.Names()
 	if boot != nil {

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"runtime"
 	"slices"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/peer"
 	ma "github.com/multiformats/go-multiaddr"
+	"github.com/workmesh/workmesh/tests/testkit"
 )
 
 // TestHost_TCPCarriesWorkmeshProtocols: a node listening on TCP only is
@@ -74,9 +76,12 @@ func TestHost_Identity(t *testing.T) {
 	a := startTestNode(t, testConfig(t), WithVersion("1.2.3"))
 	b := startTestNode(t, testConfig(t))
 	connect(t, b, a)
-	waitForCond(t, "identify of node A", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "identify of node A", func() error {
 		protos, _ := b.Host().Peerstore().GetProtocols(a.ID())
-		return slices.Contains(protos, HealthProtocol(testNetwork))
+		if !slices.Contains(protos, HealthProtocol(testNetwork)) {
+			return fmt.Errorf("B lists A's protocols as %v", protos)
+		}
+		return nil
 	})
 	av, err := b.Host().Peerstore().Get(a.ID(), "AgentVersion")
 	if err != nil || av != "workmesh/1.2.3" {
@@ -132,20 +137,13 @@ func TestHost_CloseReleasesEverything(t *testing.T) {
 	}
 	// Goroutines end shortly after Close returns (some wind down on a
 	// closed channel or socket): wait for the count to come back.
-	waitForCond(t, "the closed hosts' goroutines to end", func() bool {
-		return runtime.NumGoroutine() <= before
-	})
-}
-
-// waitForCond checks cond every 10ms for at most 10s.
-func waitForCond(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<20)
-			t.Fatalf("timed out waiting for %s; goroutines:\n%s", what, buf[:runtime.Stack(buf, true)])
+	if _, err := testkit.Poll(10*time.Second, func() error {
+		if n := runtime.NumGoroutine(); n > before {
+			return fmt.Errorf("%d goroutines, %d before the hosts started", n, before)
 		}
-		time.Sleep(10 * time.Millisecond)
+		return nil
+	}); err != nil {
+		buf := make([]byte, 1<<20)
+		t.Fatalf("the closed hosts' goroutines to end: not within 10s: %v; goroutines:\n%s", err, buf[:runtime.Stack(buf, true)])
 	}
 }

@@ -2,6 +2,8 @@ package node
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -10,25 +12,19 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
 	mocknet "github.com/libp2p/go-libp2p/p2p/net/mock"
+	"github.com/workmesh/workmesh/tests/testkit"
 )
 
 // waitKnows waits, on every change of n's peer table, until it holds a
 // record of other.
 func waitKnows(t *testing.T, n *Node, other peer.ID, within time.Duration) {
 	t.Helper()
-	deadline := time.NewTimer(within)
-	defer deadline.Stop()
-	for {
-		changed := n.Peers().Changed()
-		if _, ok := n.Peers().Get(other); ok {
-			return
+	testkit.WaitFor(t, within, fmt.Sprintf("%s knows %s", n.ID().ShortString(), other.ShortString()), func() error {
+		if _, ok := n.Peers().Get(other); !ok {
+			return errors.New("no record of it")
 		}
-		select {
-		case <-changed:
-		case <-deadline.C:
-			t.Fatalf("%s does not know %s within %s", n.ID().ShortString(), other.ShortString(), within)
-		}
-	}
+		return nil
+	}, n.Peers().Changed)
 }
 
 // TestNodeOnMocknetHost runs two nodes on hosts of go-libp2p's in-memory

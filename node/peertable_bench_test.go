@@ -3,6 +3,8 @@ package node
 import (
 	"fmt"
 	"testing"
+
+	"github.com/workmesh/workmesh/tests/testkit"
 )
 
 // BenchmarkPeerTableOffer measures entering a newer record of a known peer
@@ -13,7 +15,7 @@ func BenchmarkPeerTableOffer(b *testing.B) {
 	for _, n := range []int{100, 1000, 10000} {
 		for _, reads := range []bool{false, true} {
 			b.Run(fmt.Sprintf("peers=%d/reads=%v", n, reads), func(b *testing.B) {
-				tb, _ := newTestTable(b, newFakeClock())
+				tb, _ := newTestTable(b, testkit.NewFakeClock())
 				recs := make([]*SignedNodeData, n)
 				for i := range recs {
 					_, id := newKey(b)

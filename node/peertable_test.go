@@ -3,34 +3,14 @@ package node
 import (
 	"errors"
 	"io"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/sirupsen/logrus"
+	"github.com/workmesh/workmesh/tests/testkit"
 )
-
-// fakeClock is a clock tests move by hand.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newFakeClock() *fakeClock { return &fakeClock{now: time.Unix(1800000000, 0)} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
 
 func quietLogger() *logrus.Logger {
 	l := logrus.New()
@@ -75,7 +55,7 @@ func submit(t testing.TB, tb *PeerTable, data []byte) (bool, error) {
 }
 
 func TestPeerTableNewestWins(t *testing.T) {
-	tb, _ := newTestTable(t, newFakeClock())
+	tb, _ := newTestTable(t, testkit.NewFakeClock())
 	a := newPeerKey(t)
 	for _, seq := range []uint64{10, 20} {
 		if ok, err := submit(t, tb, a.record(t, seq)); !ok || err != nil {
@@ -111,7 +91,7 @@ func TestPeerTableNewestWins(t *testing.T) {
 }
 
 func TestPeerTableRejectsBadRecordsWithoutDisplacingGood(t *testing.T) {
-	tb, _ := newTestTable(t, newFakeClock())
+	tb, _ := newTestTable(t, testkit.NewFakeClock())
 	a, b := newPeerKey(t), newPeerKey(t)
 	if ok, err := submit(t, tb, a.record(t, 10)); !ok || err != nil {
 		t.Fatal(err)
@@ -149,7 +129,7 @@ func TestPeerTableRejectsBadRecordsWithoutDisplacingGood(t *testing.T) {
 
 func TestPeerTableIgnoresSelf(t *testing.T) {
 	me := newPeerKey(t)
-	tb := NewPeerTable(PeerTableConfig{Self: me.id, Network: testNetwork, TTL: testTTL, Clock: newFakeClock(), Logger: quietLogger()})
+	tb := NewPeerTable(PeerTableConfig{Self: me.id, Network: testNetwork, TTL: testTTL, Clock: testkit.NewFakeClock(), Logger: quietLogger()})
 	if ok, err := submit(t, tb, me.record(t, 1)); ok || err != nil {
 		t.Fatalf("own record: entered=%v err=%v", ok, err)
 	}
@@ -159,7 +139,7 @@ func TestPeerTableIgnoresSelf(t *testing.T) {
 }
 
 func TestPeerTableExpiresAfterTTL(t *testing.T) {
-	clock := newFakeClock()
+	clock := testkit.NewFakeClock()
 	tb, _ := newTestTable(t, clock)
 	a, b := newPeerKey(t), newPeerKey(t)
 	submit(t, tb, a.record(t, 1))
@@ -200,7 +180,7 @@ func TestPeerTableExpiresAfterTTL(t *testing.T) {
 }
 
 func TestPeerTableEligible(t *testing.T) {
-	clock := newFakeClock()
+	clock := testkit.NewFakeClock()
 	tb, _ := newTestTable(t, clock)
 	labelled := func(types []string, labels ...string) func(*NodeData) {
 		return func(nd *NodeData) {
@@ -251,7 +231,7 @@ func TestPeerTableEligible(t *testing.T) {
 }
 
 func TestPeerTableConnectedAndChanged(t *testing.T) {
-	tb, _ := newTestTable(t, newFakeClock())
+	tb, _ := newTestTable(t, testkit.NewFakeClock())
 	a := newPeerKey(t)
 	tb.SetConnected(a.id, true) // connected before its record arrives
 	ch := tb.Changed()
@@ -277,7 +257,7 @@ func TestPeerTableConnectedAndChanged(t *testing.T) {
 }
 
 func TestPeerTableGossipedFlag(t *testing.T) {
-	tb, _ := newTestTable(t, newFakeClock())
+	tb, _ := newTestTable(t, testkit.NewFakeClock())
 	a := newPeerKey(t)
 	rec := a.record(t, 1)
 	if _, err := tb.Submit(rec, "", SourceSync); err != nil {
@@ -301,7 +281,7 @@ func TestPeerTableGossipedFlag(t *testing.T) {
 // TestPeerTableHolds: only the very bytes held count as held, so a copy
 // that differs in anything (here its signature) is checked in full.
 func TestPeerTableHolds(t *testing.T) {
-	tb, _ := newTestTable(t, newFakeClock())
+	tb, _ := newTestTable(t, testkit.NewFakeClock())
 	a := newPeerKey(t)
 	rec := a.record(t, 1)
 	if tb.Holds(a.id, rec) {
@@ -330,7 +310,7 @@ func TestRejectErrorUnwraps(t *testing.T) {
 // newer record, a connection change or a refused record, but a peer that
 // comes back after expiring.
 func TestPeerTableAdditions(t *testing.T) {
-	clock := newFakeClock()
+	clock := testkit.NewFakeClock()
 	tb, _ := newTestTable(t, clock)
 	a, b := newPeerKey(t), newPeerKey(t)
 	want := func(n uint64, after string) {

@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"slices"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	ma "github.com/multiformats/go-multiaddr"
+	"github.com/workmesh/workmesh/tests/testkit"
 )
 
 // bareHost is a libp2p host with no workmesh protocols of its own, keyed by
@@ -70,18 +72,15 @@ func pushOn(s network.Stream, rec []byte) ([][]byte, error) {
 // awaitRecord waits until tb holds a record of id, or fails the test.
 func awaitRecord(t *testing.T, tb *PeerTable, id peer.ID) PeerInfo {
 	t.Helper()
-	deadline := time.After(5 * time.Second)
-	for {
-		ch := tb.Changed()
-		if p, ok := tb.Get(id); ok {
-			return p
+	var p PeerInfo
+	testkit.WaitFor(t, 5*time.Second, fmt.Sprintf("a record of %s", id), func() error {
+		var ok bool
+		if p, ok = tb.Get(id); !ok {
+			return errors.New("none in the table")
 		}
-		select {
-		case <-ch:
-		case <-deadline:
-			t.Fatalf("no record of %s within 5s", id)
-		}
-	}
+		return nil
+	}, tb.Changed)
+	return p
 }
 
 // TestNodeDataPushIsPassedOn has a bare peer push its record to A, which is
@@ -96,16 +95,12 @@ func TestNodeDataPushIsPassedOn(t *testing.T) {
 	c := startTestNode(t, cfg)
 	awaitRecord(t, a.Peers(), c.ID())
 	awaitRecord(t, c.Peers(), a.ID())
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	deadline := time.After(5 * time.Second)
-	for !slices.Contains(a.Gossip().Peers(), c.ID()) {
-		select {
-		case <-tick.C:
-		case <-deadline:
-			t.Fatal("A does not see C on the nodedata topic")
+	testkit.WaitFor(t, 5*time.Second, "A sees C on the nodedata topic", func() error {
+		if ps := a.Gossip().Peers(); !slices.Contains(ps, c.ID()) {
+			return fmt.Errorf("A's topic peers: %v", ps)
 		}
-	}
+		return nil
+	})
 
 	b := newPeerKey(t)
 	rec := b.record(t, uint64(time.Now().UnixNano()))

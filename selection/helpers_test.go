@@ -2,32 +2,12 @@ package selection
 
 import (
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/workmesh/workmesh/config"
+	"github.com/workmesh/workmesh/tests/testkit"
 )
-
-// fakeClock is a Clock tests move by hand.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newFakeClock() *fakeClock { return &fakeClock{now: time.Unix(1_700_000_000, 0)} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
 
 // testConfig returns defaults with a generous budget so that tests see the
 // walk, not the limits.
@@ -42,9 +22,9 @@ func labelBalancing(passOnError, includeDefault bool, order ...string) *config.L
 	return &config.LabelBalancingConfig{Order: order, PassOnError: passOnError, IncludeDefault: &includeDefault}
 }
 
-func newSelector(t testing.TB, cfg config.Config, peers ...Peer) (*Selector, *fakeClock) {
+func newSelector(t testing.TB, cfg config.Config, peers ...Peer) (*Selector, *testkit.FakeClock) {
 	t.Helper()
-	clk := newFakeClock()
+	clk := testkit.NewFakeClock()
 	s, err := New(cfg, WithClock(clk), WithSeed(1))
 	if err != nil {
 		t.Fatalf("New: %v", err)

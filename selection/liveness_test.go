@@ -9,11 +9,12 @@ import (
 	"time"
 
 	"github.com/workmesh/workmesh/config"
+	"github.com/workmesh/workmesh/tests/testkit"
 )
 
-func newLiveness(t *testing.T, failures, successes int) (*Liveness, *fakeClock) {
+func newLiveness(t *testing.T, failures, successes int) (*Liveness, *testkit.FakeClock) {
 	t.Helper()
-	clk := newFakeClock()
+	clk := testkit.NewFakeClock()
 	l, err := NewLiveness(config.LivenessConfig{
 		PollInterval:         time.Second,
 		PollFailureThreshold: failures,

@@ -5,12 +5,15 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"os/exec"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/workmesh/workmesh/tests/testkit"
 )
 
 // helloSHA256 is the hex SHA-256 of "hello".
@@ -101,16 +104,14 @@ func TestCLIDispatch(t *testing.T) {
 	c := startNodeProcess(t, bin, "--work-types", "sha256", "--bootstrap", a.join)
 	workers := map[string]*nodeProcess{b.peerID: b, c.peerID: c}
 
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	if _, err := testkit.Poll(10*time.Second, func() error {
 		ids, err := peersOf(t, bin, a.api)
 		if err == nil && slices.Contains(ids, b.peerID) && slices.Contains(ids, c.peerID) {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("gateway does not list both workers: %v %v\nstderr:\n%s", ids, err, a.stderr)
-		}
-		time.Sleep(50 * time.Millisecond) // polling an external process
+		return fmt.Errorf("%v %v", ids, err)
+	}); err != nil {
+		t.Fatalf("gateway does not list both workers: %v\nstderr:\n%s", err, a.stderr)
 	}
 	submit := func(stdin []byte, args ...string) cliRun {
 		return runCLI(t, bin, stdin, append([]string{"submit", "--api", a.api}, args...)...)
@@ -118,13 +119,16 @@ func TestCLIDispatch(t *testing.T) {
 
 	var served string
 	t.Run("sha256 goes to a remote worker", func(t *testing.T) {
-		r := submit(nil, "--type", "sha256", "--payload", "hello", "--output", "json")
 		// The gateway lists its peers a moment before its dispatcher has
-		// taken them in; only that first moment may answer unavailable.
-		for retry := time.Now().Add(2 * time.Second); r.code == 2 && time.Now().Before(retry); {
-			time.Sleep(50 * time.Millisecond) // polling an external process
-			r = submit(nil, "--type", "sha256", "--payload", "hello", "--output", "json")
-		}
+		// taken them in; only that first moment may answer unavailable
+		// (exit code 2). What the last try answered is checked below.
+		var r cliRun
+		testkit.Poll(2*time.Second, func() error {
+			if r = submit(nil, "--type", "sha256", "--payload", "hello", "--output", "json"); r.code == 2 {
+				return errors.New("unavailable")
+			}
+			return nil
+		})
 		if r.code != 0 {
 			t.Fatalf("exit code %d, want 0\nstdout %s\nstderr %s", r.code, r.stdout, r.stderr)
 		}

@@ -5,12 +5,15 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os/exec"
 	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/workmesh/workmesh/tests/testkit"
 )
 
 // submitAsync runs `workmesh submit` with args in the background (within
@@ -52,45 +55,33 @@ func TestCLIStopDrains(t *testing.T) {
 
 	// The gateway takes its peer in a moment after it lists it: submit
 	// until the sleep type reaches b.
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	testkit.WaitFor(t, 15*time.Second, "sleep served by b", func() error {
 		r := runCLI(t, bin, nil, "submit", "--api", a.api, "--type", "sleep", "--payload", "1ms", "--output", "json")
 		if r.code == 0 && decodeResponse(t, r).Worker == b.peerID {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("sleep never served by b: exit %d, %s %s", r.code, r.stdout, r.stderr)
-		}
-		time.Sleep(50 * time.Millisecond) // polling an external process
-	}
+		return fmt.Errorf("exit %d, %s %s", r.code, r.stdout, r.stderr)
+	})
 
 	long := submitAsync(bin, "--api", a.api, "--type", "sleep", "--payload", "3s", "--timeout", "20s", "--output", "json")
-	deadline = time.Now().Add(10 * time.Second)
-	for {
-		if v, _ := metricValue(scrape(t, b.api), "workmesh_local_in_flight", nil); v == 1 {
-			break
+	testkit.WaitFor(t, 10*time.Second, "b runs the long request", func() error {
+		if v, _ := testkit.MetricValue(scrape(t, b.api), "workmesh_local_in_flight", nil); v != 1 {
+			return fmt.Errorf("workmesh_local_in_flight %v, want 1", v)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("b never ran the long request")
-		}
-		time.Sleep(20 * time.Millisecond) // polling an external process
-	}
+		return nil
+	})
 	if err := b.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 
 	// b's own API takes no new work while it drains.
-	deadline = time.Now().Add(2 * time.Second)
-	for {
+	testkit.WaitFor(t, 2*time.Second, "b's API refuses work after SIGTERM", func() error {
 		r := runCLI(t, bin, nil, "submit", "--api", b.api, "--type", "echo", "--payload", "x", "--output", "json")
 		if r.code == 2 && strings.Contains(decodeResponse(t, r).Error, "shutting down") {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("b's API still takes work 2s after SIGTERM: exit %d, %s %s", r.code, r.stdout, r.stderr)
-		}
-		time.Sleep(20 * time.Millisecond) // polling an external process
-	}
+		return fmt.Errorf("it still takes work: exit %d, %s %s", r.code, r.stdout, r.stderr)
+	})
 
 	r := <-long
 	if r.code != 0 {

@@ -22,14 +22,13 @@ import (
 	"github.com/creack/pty"
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
-	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/workmesh/workmesh/config"
 	"github.com/workmesh/workmesh/node"
+	"github.com/workmesh/workmesh/tests/testkit"
 	"github.com/workmesh/workmesh/workers"
 )
 
@@ -197,50 +196,7 @@ func runOnTTY(t *testing.T, bin string, args ...string) (int, string) {
 // scrape reads the node's /metrics with Prometheus's own text parser.
 func scrape(t *testing.T, api string) map[string]*dto.MetricFamily {
 	t.Helper()
-	resp, err := http.Get("http://" + api + workers.MetricsPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET /metrics: %s", resp.Status)
-	}
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	mfs, err := p.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		t.Fatalf("parse /metrics: %v", err)
-	}
-	return mfs
-}
-
-// metricValue returns the value of the first series of family name that
-// carries labels.
-func metricValue(mfs map[string]*dto.MetricFamily, name string, labels map[string]string) (float64, bool) {
-	mf := mfs[name]
-	if mf == nil {
-		return 0, false
-	}
-next:
-	for _, m := range mf.GetMetric() {
-		have := map[string]string{}
-		for _, l := range m.GetLabel() {
-			have[l.GetName()] = l.GetValue()
-		}
-		for k, v := range labels {
-			if have[k] != v {
-				continue next
-			}
-		}
-		switch {
-		case m.Counter != nil:
-			return m.Counter.GetValue(), true
-		case m.Gauge != nil:
-			return m.Gauge.GetValue(), true
-		case m.Untyped != nil:
-			return m.Untyped.GetValue(), true
-		}
-	}
-	return 0, false
+	return testkit.Scrape(t, "http://"+api+workers.MetricsPath)
 }
 
 // short is how the CLI abbreviates a peer ID.
@@ -308,22 +264,18 @@ func TestCLIOperator(t *testing.T) {
 	}
 	// Liveness polls every 500ms; wait for one round so every peer has a
 	// round-trip time to show.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	testkit.WaitFor(t, 5*time.Second, "every peer polled", func() error {
 		ps, polled := peersJSON(), 0
 		for _, p := range ps {
 			if p.RTTMS != nil {
 				polled++
 			}
 		}
-		if polled == 3 {
-			break
+		if polled != 3 {
+			return fmt.Errorf("%d of 3 with a round-trip time: %+v", polled, ps)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not every peer polled within 5s: %+v", ps)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 
 	t.Run("peers table on a terminal", func(t *testing.T) {
 		code, screen := runOnTTY(t, bin, "peers", "--api", api)
@@ -382,13 +334,12 @@ func TestCLIOperator(t *testing.T) {
 
 	t.Run("peers --watch redraws until Ctrl-C", func(t *testing.T) {
 		run := startOnTTY(t, bin, true, true, io.Discard, "peers", "--api", api, "--watch", "--interval", "300ms")
-		deadline := time.Now().Add(5 * time.Second)
-		for strings.Count(run.screen.String(), "every 300ms") < 2 {
-			if time.Now().After(deadline) {
-				t.Fatalf("fewer than two redraws within 5s:\n%s", run.screen)
+		testkit.WaitFor(t, 5*time.Second, "two redraws", func() error {
+			if screen := run.screen.String(); strings.Count(screen, "every 300ms") < 2 {
+				return fmt.Errorf("fewer than two:\n%s", screen)
 			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			return nil
+		})
 		run.cmd.Process.Signal(os.Interrupt)
 		code, screen := run.wait(t, 3*time.Second)
 		if code != 0 {
@@ -572,7 +523,7 @@ func TestCLIOperator(t *testing.T) {
 		}
 		atLeast := func(name string, labels map[string]string, min float64) {
 			t.Helper()
-			if v, ok := metricValue(mfs, name, labels); !ok || v < min {
+			if v, ok := testkit.MetricValue(mfs, name, labels); !ok || v < min {
 				t.Errorf("%s%v = %v (found %t), want at least %v", name, labels, v, ok, min)
 			}
 		}
@@ -588,10 +539,10 @@ func TestCLIOperator(t *testing.T) {
 		atLeast("workmesh_api_refused_total", map[string]string{"reason": "bad_request"}, 0)
 		atLeast("workmesh_gossip_dropped_total", map[string]string{"queue": "validation_queue"}, 0)
 		atLeast("workmesh_gossip_dropped_total", map[string]string{"queue": "peer_queue"}, 0)
-		if _, ok := metricValue(mfs, "workmesh_peer_score", map[string]string{"peer": node1, "work_type": "sha256"}); !ok {
+		if _, ok := testkit.MetricValue(mfs, "workmesh_peer_score", map[string]string{"peer": node1, "work_type": "sha256"}); !ok {
 			t.Error("no workmesh_peer_score for node1 sha256")
 		}
-		if _, ok := metricValue(mfs, "workmesh_nodedata_rejections_total", map[string]string{"source": "gossip", "reason": "forged"}); !ok {
+		if _, ok := testkit.MetricValue(mfs, "workmesh_nodedata_rejections_total", map[string]string{"source": "gossip", "reason": "forged"}); !ok {
 			t.Error("no workmesh_nodedata_rejections_total{source=gossip,reason=forged}")
 		}
 	})
@@ -602,21 +553,18 @@ func TestCLIOperator(t *testing.T) {
 			t.Fatal(err)
 		}
 		resp.Body.Close()
-		deadline := time.Now().Add(10 * time.Second)
-		for {
+		var p cliPlan
+		testkit.WaitFor(t, 10*time.Second, "node1 excluded as unreachable", func() error {
 			r := runCLI(t, bin, nil, "plan", "--api", api, "--type", "sha256", "--output", "json")
-			var p cliPlan
+			p = cliPlan{}
 			json.Unmarshal([]byte(r.stdout), &p)
 			if len(p.Excluded) == 1 && p.Excluded[0].Peer == node1 && p.Excluded[0].Reason == "unreachable" {
-				if len(p.Order) == 0 || p.Order[0].Peer == node1 || p.Order[0].Group != "archive" {
-					t.Errorf("order after the failover %+v, want the archive group first", p.Order)
-				}
-				break
+				return nil
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("node1 not excluded as unreachable within 10s:\n%s", r.stdout)
-			}
-			time.Sleep(200 * time.Millisecond)
+			return fmt.Errorf("plan:\n%s", r.stdout)
+		})
+		if len(p.Order) == 0 || p.Order[0].Peer == node1 || p.Order[0].Group != "archive" {
+			t.Errorf("order after the failover %+v, want the archive group first", p.Order)
 		}
 		r := runCLI(t, bin, nil, "plan", "--api", api, "--type", "sha256")
 		if !strings.Contains(r.stdout, "excluded: "+short(node1)+" unreachable") || !strings.Contains(r.stdout, "1 unreachable, 2 selectable") {
@@ -628,13 +576,13 @@ func TestCLIOperator(t *testing.T) {
 			t.Errorf("peers after the failover:\n%s", screen)
 		}
 		mfs := scrape(t, api)
-		if v, _ := metricValue(mfs, "workmesh_liveness_transitions_total", map[string]string{"from": "alive", "to": "unreachable"}); v != 1 {
+		if v, _ := testkit.MetricValue(mfs, "workmesh_liveness_transitions_total", map[string]string{"from": "alive", "to": "unreachable"}); v != 1 {
 			t.Errorf("alive->unreachable transitions = %v, want 1", v)
 		}
-		if v, _ := metricValue(mfs, "workmesh_peer_liveness_state", map[string]string{"peer": node1, "state": "unreachable"}); v != 1 {
+		if v, _ := testkit.MetricValue(mfs, "workmesh_peer_liveness_state", map[string]string{"peer": node1, "state": "unreachable"}); v != 1 {
 			t.Errorf("node1 unreachable = %v, want 1", v)
 		}
-		if v, _ := metricValue(mfs, "workmesh_polls_total", map[string]string{"result": "failed"}); v < 1 {
+		if v, _ := testkit.MetricValue(mfs, "workmesh_polls_total", map[string]string{"result": "failed"}); v < 1 {
 			t.Errorf("failed polls = %v", v)
 		}
 	})
@@ -686,21 +634,12 @@ func TestMetricsHedgesAndBeyondHead(t *testing.T) {
 		t.Fatalf("beyond-head request: %s", describe(res, peerName(append(ms, gw)...)))
 	}
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(gw.disp.Collector(), gw.node.Collector())
+	// Through the text format, as /metrics serves them.
 	var buf bytes.Buffer
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
+	for _, mf := range testkit.Gather(t, gw.disp.Collector(), gw.node.Collector()) {
 		expfmt.MetricFamilyToText(&buf, mf)
 	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	parsed, err := parser.TextToMetricFamilies(&buf)
-	if err != nil {
-		t.Fatal(err)
-	}
+	parsed := testkit.ParseMetrics(t, &buf)
 	slow, fast := ms[0].node.ID().String(), ms[1].node.ID().String()
 	for _, c := range []struct {
 		name   string
@@ -716,25 +655,20 @@ func TestMetricsHedgesAndBeyondHead(t *testing.T) {
 		{"workmesh_requests_total", map[string]string{"work_type": "sha256", "status": "ok"}, 1},
 		{"workmesh_peers_fresh", nil, 2},
 	} {
-		if v, ok := metricValue(parsed, c.name, c.labels); !ok || v != c.want {
+		if v, ok := testkit.MetricValue(parsed, c.name, c.labels); !ok || v != c.want {
 			t.Errorf("%s%v = %v (found %t), want %v", c.name, c.labels, v, ok, c.want)
 		}
 	}
-	if _, ok := metricValue(parsed, "workmesh_fallbacks_total", nil); ok {
+	if _, ok := testkit.MetricValue(parsed, "workmesh_fallbacks_total", nil); ok {
 		t.Error("a fallback counted, but every request was answered remotely")
 	}
 }
-
-// tableClock is a clock the test moves.
-type tableClock struct{ now time.Time }
-
-func (c *tableClock) Now() time.Time { return c.now }
 
 // TestPeerTableMetrics scrapes a peer table's collector: peers known and
 // fresh as records age, and refused records counted by the source they
 // arrived from and why.
 func TestPeerTableMetrics(t *testing.T) {
-	clock := &tableClock{now: time.Now()}
+	clock := testkit.NewFakeClockAt(time.Now())
 	table := node.NewPeerTable(node.PeerTableConfig{Network: "metrics", TTL: time.Minute, Clock: clock, Logger: testLogger()})
 	key, _, err := crypto.GenerateEd25519Key(nil)
 	if err != nil {
@@ -751,18 +685,9 @@ func TestPeerTableMetrics(t *testing.T) {
 	table.Submit([]byte("not a record"), "", node.SourceDHT)
 	old, _ := node.SignNodeData(node.NodeData{PeerID: id, Network: "metrics", Sequence: 1}, key)
 	table.Submit(old, "", node.SourceSync)
-	clock.now = clock.now.Add(2 * time.Minute) // past the TTL, not yet expired
+	clock.Advance(2 * time.Minute) // past the TTL, not yet expired
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(table.Collector())
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	byName := map[string]*dto.MetricFamily{}
-	for _, mf := range mfs {
-		byName[mf.GetName()] = mf
-	}
+	byName := testkit.Gather(t, table.Collector())
 	for _, c := range []struct {
 		name   string
 		labels map[string]string
@@ -774,7 +699,7 @@ func TestPeerTableMetrics(t *testing.T) {
 		{"workmesh_nodedata_rejections_total", map[string]string{"source": "sync", "reason": "replay"}, 1},
 		{"workmesh_nodedata_rejections_total", map[string]string{"source": "gossip", "reason": "malformed"}, 0},
 	} {
-		if v, ok := metricValue(byName, c.name, c.labels); !ok || v != c.want {
+		if v, ok := testkit.MetricValue(byName, c.name, c.labels); !ok || v != c.want {
 			t.Errorf("%s%v = %v (found %t), want %v", c.name, c.labels, v, ok, c.want)
 		}
 	}

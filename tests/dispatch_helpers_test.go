@@ -13,6 +13,7 @@ import (
 	"github.com/workmesh/workmesh/config"
 	"github.com/workmesh/workmesh/node"
 	"github.com/workmesh/workmesh/selection"
+	"github.com/workmesh/workmesh/tests/testkit"
 	"github.com/workmesh/workmesh/workers"
 )
 
@@ -205,8 +206,7 @@ func startMesh(t testing.TB, workType string, gateway memberSpec, others ...memb
 // workType, all alive.
 func waitRanked(t testing.TB, gw *member, workType string, n int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testkit.WaitFor(t, 10*time.Second, fmt.Sprintf("gateway ranks %d alive candidates for %s", n, workType), func() error {
 		r := gw.disp.Selector().Ranking(workType)
 		alive := 0
 		for _, x := range r {
@@ -214,17 +214,11 @@ func waitRanked(t testing.TB, gw *member, workType string, n int) {
 				alive++
 			}
 		}
-		if alive >= n {
-			return
+		if alive < n {
+			return fmt.Errorf("%d alive: %+v", alive, r)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("gateway ranks %d alive candidates for %s, want %d: %+v", alive, workType, n, r)
-		}
-		select {
-		case <-gw.node.Peers().Changed():
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+		return nil
+	}, gw.node.Peers().Changed)
 }
 
 // submit dispatches one request through the gateway.

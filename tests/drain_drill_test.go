@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/workmesh/workmesh/tests/testkit"
 )
 
 // TestDrainDrill measures, with real processes, what a clean stop saves
@@ -66,17 +68,13 @@ func drainDrill(t *testing.T, bin, remote, drain string) {
 		}
 	}
 	client := &http.Client{}
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	testkit.WaitFor(t, 15*time.Second, "the gateway sees both workers alive", func() error {
 		sel, err := drillSelection(client, gw.api)
 		if err == nil && sel[workers[0].peerID].State == "alive" && sel[workers[1].peerID].State == "alive" {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the gateway does not see both workers alive within 15s: %v %+v", err, sel)
-		}
-		time.Sleep(50 * time.Millisecond) // polling an external process
-	}
+		return fmt.Errorf("%v %+v", err, sel)
+	})
 
 	dir := t.TempDir()
 	batch := func(name string, n int, payload string) string {

@@ -18,6 +18,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/workmesh/workmesh/tests/testkit"
 )
 
 // TestDrill is the resilience drill of issue 5: six `workmesh node start`
@@ -142,21 +144,19 @@ func TestDrill(t *testing.T) {
 		for err := range errs {
 			t.Fatal(err)
 		}
-		deadline := time.Now().Add(15 * time.Second)
-		for {
+		if _, err := testkit.Poll(15*time.Second, func() error {
 			sel, err := drillSelection(client, gw.api)
 			ok := err == nil
 			for name := range extra {
 				p, seen := sel[nodes[name].peerID]
 				ok = ok && seen && p.State == "alive"
 			}
-			if ok {
-				return
+			if !ok {
+				return fmt.Errorf("%v %+v", err, sel)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("the gateway does not see the workers alive within 15s: %v %+v\nstderr:\n%s", err, sel, gw.stderr)
-			}
-			time.Sleep(50 * time.Millisecond) // polling an external process
+			return nil
+		}); err != nil {
+			t.Fatalf("the gateway does not see the workers alive within 15s: %v\nstderr:\n%s", err, gw.stderr)
 		}
 	}
 	t0 := time.Now()

@@ -19,6 +19,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/workmesh/workmesh/tests/testkit"
 )
 
 // The end-to-end run against a real local chain: ganache and ethers come
@@ -548,9 +550,7 @@ func e2eTail(s string, n int) string {
 // its dispatcher would send jsonrpc work to b first.
 func waitJSONRPCWorker(t *testing.T, a, b *nodeProcess) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	var last string
-	for {
+	if _, err := testkit.Poll(20*time.Second, func() error {
 		var peers []struct {
 			ID    string            `json:"id"`
 			Heads map[string]uint64 `json:"heads"`
@@ -564,25 +564,22 @@ func waitJSONRPCWorker(t *testing.T, a, b *nodeProcess) {
 		if err == nil {
 			err = e2eGetJSON(t, a.api, "/v1/plan?type=jsonrpc", &plan)
 		}
-		if err == nil {
-			last = fmt.Sprintf("peers %+v, plan order %+v", peers, plan.Order)
-			hasHead := slices.ContainsFunc(peers, func(p struct {
-				ID    string            `json:"id"`
-				Heads map[string]uint64 `json:"heads"`
-			}) bool {
-				_, ok := p.Heads["jsonrpc"]
-				return p.ID == b.peerID && ok
-			})
-			if hasHead && len(plan.Order) > 0 && plan.Order[0].Peer == b.peerID {
-				return
-			}
-		} else {
-			last = err.Error()
+		if err != nil {
+			return err
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("gateway does not rank B %s for jsonrpc with a head within 20s: %s\ngateway stderr:\n%s", b.peerID, last, e2eTail(a.stderr.String(), 4000))
+		hasHead := slices.ContainsFunc(peers, func(p struct {
+			ID    string            `json:"id"`
+			Heads map[string]uint64 `json:"heads"`
+		}) bool {
+			_, ok := p.Heads["jsonrpc"]
+			return p.ID == b.peerID && ok
+		})
+		if hasHead && len(plan.Order) > 0 && plan.Order[0].Peer == b.peerID {
+			return nil
 		}
-		time.Sleep(100 * time.Millisecond) // polling an external process
+		return fmt.Errorf("peers %+v, plan order %+v", peers, plan.Order)
+	}); err != nil {
+		t.Fatalf("gateway does not rank B %s for jsonrpc with a head within 20s: %v\ngateway stderr:\n%s", b.peerID, err, e2eTail(a.stderr.String(), 4000))
 	}
 }
 

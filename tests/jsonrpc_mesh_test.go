@@ -3,12 +3,14 @@ package tests
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/workmesh/workmesh/config"
 	"github.com/workmesh/workmesh/selection"
+	"github.com/workmesh/workmesh/tests/testkit"
 	"github.com/workmesh/workmesh/workers"
 )
 
@@ -191,16 +193,13 @@ func TestJSONRPC_GreyUpstreamEjectedByLiveness(t *testing.T) {
 	}
 
 	grey.greyPolls.Store(true)
-	start := time.Now()
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for live.State(id) != selection.StateUnreachable {
-		if time.Since(start) > 60*poll {
-			t.Fatalf("the grey node is still %s %s after its upstream turned grey (%d head polls)", live.State(id), time.Since(start), grey.headPolls.Load())
+	took := testkit.WaitFor(t, 60*poll, "the grey node unreachable after its upstream turned grey", func() error {
+		if st := live.State(id); st != selection.StateUnreachable {
+			return fmt.Errorf("still %s (%d head polls)", st, grey.headPolls.Load())
 		}
-		<-tick.C
-	}
-	t.Logf("the grey node was unreachable %s after its upstream turned grey", time.Since(start).Round(time.Millisecond))
+		return nil
+	})
+	t.Logf("the grey node was unreachable %s after its upstream turned grey", took.Round(time.Millisecond))
 
 	url := rpcEndpointOf(t, gw)
 	hits.reset()

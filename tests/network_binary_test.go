@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/workmesh/workmesh/tests/testkit"
 )
 
 // buildBinary builds cmd/workmesh into a temporary directory.
@@ -167,17 +169,16 @@ func testBinaryTwoNodes(t *testing.T, bin string) {
 	first := startNodeProcess(t, bin, "--work-types", "echo")
 	second := startNodeProcess(t, bin, "--work-types", "sha256", "--labels", "zone-b", "--bootstrap", first.join)
 
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(10 * time.Second) // for both
 	for _, pair := range []struct{ self, other *nodeProcess }{{first, second}, {second, first}} {
-		for {
+		if _, err := testkit.Poll(time.Until(deadline), func() error {
 			ids, err := peersOf(t, bin, pair.self.api)
 			if err == nil && len(ids) == 1 && ids[0] == pair.other.peerID {
-				break
+				return nil
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("node %s does not list %s: %v %v\nstderr:\n%s", pair.self.peerID, pair.other.peerID, ids, err, pair.self.stderr)
-			}
-			time.Sleep(50 * time.Millisecond) // polling an external process
+			return fmt.Errorf("%v %v", ids, err)
+		}); err != nil {
+			t.Fatalf("node %s does not list %s: %v\nstderr:\n%s", pair.self.peerID, pair.other.peerID, err, pair.self.stderr)
 		}
 	}
 

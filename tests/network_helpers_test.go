@@ -16,6 +16,7 @@ import (
 
 	"github.com/workmesh/workmesh/config"
 	"github.com/workmesh/workmesh/node"
+	"github.com/workmesh/workmesh/tests/testkit"
 )
 
 // loopbackQUIC is the only listen address tests use: loopback, random port.
@@ -82,46 +83,15 @@ func addrStrings(n *node.Node) []string {
 	return out
 }
 
-// waitFor polls cond (on every change of any of the tables, and at least
-// every 50ms) until it holds or the deadline passes; it returns how long it
-// took.
+// waitFor is testkit.WaitFor that also checks cond at once on every change
+// of any of the tables; it returns how long the wait took.
 func waitFor(t testing.TB, within time.Duration, what string, cond func() error, tables ...*node.PeerTable) time.Duration {
 	t.Helper()
-	start := time.Now()
-	deadline := time.NewTimer(within)
-	defer deadline.Stop()
-	for {
-		chans := make([]<-chan struct{}, len(tables))
-		for i, tb := range tables {
-			chans[i] = tb.Changed()
-		}
-		err := cond()
-		if err == nil {
-			return time.Since(start)
-		}
-		wake := make(chan struct{})
-		stop := make(chan struct{})
-		for _, ch := range chans {
-			go func() {
-				select {
-				case <-ch:
-					select {
-					case wake <- struct{}{}:
-					case <-stop:
-					}
-				case <-stop:
-				}
-			}()
-		}
-		select {
-		case <-wake:
-		case <-time.After(50 * time.Millisecond):
-		case <-deadline.C:
-			close(stop)
-			t.Fatalf("%s: not within %s: %v", what, within, err)
-		}
-		close(stop)
+	wake := make([]func() <-chan struct{}, len(tables))
+	for i, tb := range tables {
+		wake[i] = tb.Changed
 	}
+	return testkit.WaitFor(t, within, what, cond, wake...)
 }
 
 // knows reports why n's table does not hold other with the expected work

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"io"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/workmesh/workmesh/config"
+	"github.com/workmesh/workmesh/tests/testkit"
 	"github.com/workmesh/workmesh/workers"
 )
 
@@ -87,9 +89,13 @@ func TestStackStopSaysWhyItCutARequest(t *testing.T) {
 	go func() {
 		res <- s.dispatch(ctx, workers.WorkRequest{Type: "sleep", Payload: []byte("20s"), Timeout: 25 * time.Second})
 	}()
-	for s.disp.InFlight() == 0 {
-		time.Sleep(time.Millisecond) // the dispatch has no event of its own
-	}
+	// The dispatch has no event of its own: poll for it.
+	testkit.WaitFor(t, 10*time.Second, "the sleep request in flight", func() error {
+		if s.disp.InFlight() == 0 {
+			return errors.New("no request in flight")
+		}
+		return nil
+	})
 	s.cfg.Node.DrainTimeout = 50 * time.Millisecond
 	s.drain(s.cfg.Node.DrainTimeout)
 	if err := s.Close(); err != nil {

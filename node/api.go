@@ -1,12 +1,11 @@
 package node
 
 import (
-	"encoding/json"
-	"fmt"
+	"errors"
 	"net/http"
 	"time"
 
-	"github.com/sirupsen/logrus"
+	"github.com/workmesh/workmesh/node/httpapi"
 )
 
 // InfoView is the body of GET /v1/info: who this node is and how to reach it.
@@ -88,55 +87,32 @@ func (n *Node) Info() InfoView {
 	return v
 }
 
-func (n *Node) routes() {
-	n.mux.HandleFunc("GET /v1/info", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, n.log, n.Info())
-	})
-	n.mux.HandleFunc("GET /v1/peers", func(w http.ResponseWriter, _ *http.Request) {
+// routes mounts the node's own views on the API.
+func (n *Node) routes() error {
+	info := n.api.Handle("GET /v1/info", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		n.writeJSON(w, n.Info())
+	}))
+	peers := n.api.Handle("GET /v1/peers", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		peers := n.table.Peers()
 		out := make([]PeerView, len(peers))
 		for i, p := range peers {
 			out[i] = NewPeerView(p)
 		}
-		writeJSON(w, n.log, out)
-	})
+		n.writeJSON(w, out)
+	}))
+	return errors.Join(info, peers)
 }
 
 // HandleAPI mounts h on the local HTTP API under pattern (http.ServeMux
 // syntax, e.g. "POST /v1/work"). It may be called at any time; a pattern that
 // conflicts with one already mounted is an error.
-func (n *Node) HandleAPI(pattern string, h http.Handler) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("api: mount %q: %v", pattern, r)
-		}
-	}()
-	n.mux.Handle(pattern, h)
-	return nil
+func (n *Node) HandleAPI(pattern string, h http.Handler) error {
+	return n.api.Handle(pattern, h)
 }
 
-// recoverHandler turns a panic in a handler into a 500 instead of a dropped
-// connection, and logs it.
-func recoverHandler(log *logrus.Logger, h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		defer func() {
-			if v := recover(); v != nil {
-				if v == http.ErrAbortHandler {
-					panic(v)
-				}
-				log.Errorf("api: %s %s: panic: %v", r.Method, r.URL.Path, v)
-				http.Error(w, "internal error", http.StatusInternalServerError)
-			}
-		}()
-		h.ServeHTTP(w, r)
-	})
-}
-
-func writeJSON(w http.ResponseWriter, log *logrus.Logger, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(v); err != nil {
-		log.Debugf("api: write response: %v", err)
+// writeJSON answers 200 with v; a failed write is the client's going away.
+func (n *Node) writeJSON(w http.ResponseWriter, v any) {
+	if err := httpapi.WriteJSON(w, http.StatusOK, v); err != nil {
+		n.log.Debugf("api: write response: %v", err)
 	}
 }

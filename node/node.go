@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"regexp"
 	"slices"
@@ -28,6 +27,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/workmesh/workmesh/config"
+	"github.com/workmesh/workmesh/node/httpapi"
 	"github.com/workmesh/workmesh/pubsub"
 )
 
@@ -271,9 +271,8 @@ type Node struct {
 	gossip   *pubsub.Announcer
 	table    *PeerTable
 
-	mux   *http.ServeMux
-	api   *http.Server
-	apiLn net.Listener
+	// api is the process's one HTTP server; it listens when cfg.API is set.
+	api *httpapi.Server
 
 	mu        sync.Mutex // guards workTypes, seq and re-signing
 	workTypes []string
@@ -387,7 +386,7 @@ func New(ctx context.Context, cfg config.NodeConfig, opts ...Option) (*Node, err
 		}
 	}
 
-	if err := CheckAPIExposure(cfg.API, o.apiToken); err != nil {
+	if err := httpapi.CheckExposure(cfg.API, o.apiToken); err != nil {
 		return nil, fmt.Errorf("node: %w", err)
 	}
 	// On a borrowed host, note the protocols it serves already, so that
@@ -418,7 +417,7 @@ func New(ctx context.Context, cfg config.NodeConfig, opts ...Option) (*Node, err
 		start:       time.Now(),
 		host:        h,
 		ownsHost:    o.host == nil,
-		mux:         http.NewServeMux(),
+		api:         httpapi.New(o.apiToken, o.log),
 		workTypes:   slices.Clone(cfg.WorkTypes),
 		bootstrap:   bootstrap,
 		kick:        make(chan struct{}, 1),
@@ -507,30 +506,18 @@ func New(ctx context.Context, cfg config.NodeConfig, opts ...Option) (*Node, err
 	}
 	n.claimProtocols(hostProtocols)
 
-	n.routes()
+	if err := n.routes(); err != nil {
+		return fail(fmt.Errorf("node: %w", err))
+	}
 	for _, ah := range o.handlers {
 		if err := n.HandleAPI(ah.pattern, ah.h); err != nil {
 			return fail(fmt.Errorf("node: %w", err))
 		}
 	}
 	if cfg.API != "" {
-		ln, err := net.Listen("tcp", cfg.API)
-		if err != nil {
-			return fail(fmt.Errorf("node: api listen %s: %w", cfg.API, err))
+		if err := n.api.Start(cfg.API); err != nil {
+			return fail(fmt.Errorf("node: %w", err))
 		}
-		n.apiLn = ln
-		n.api = &http.Server{
-			Handler:           recoverHandler(n.log, RequireToken(o.apiToken, n.mux)),
-			ReadHeaderTimeout: 5 * time.Second,
-			IdleTimeout:       time.Minute,
-		}
-		n.wg.Add(1)
-		go func() {
-			defer n.wg.Done()
-			if err := n.api.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				n.log.Errorf("api: %v", err)
-			}
-		}()
 	}
 
 	n.wg.Add(5)
@@ -577,12 +564,7 @@ func (n *Node) Addrs() []ma.Multiaddr {
 }
 
 // APIAddr returns the address the HTTP API listens on, or "" when it is off.
-func (n *Node) APIAddr() string {
-	if n.apiLn == nil {
-		return ""
-	}
-	return n.apiLn.Addr().String()
-}
+func (n *Node) APIAddr() string { return n.api.Addr() }
 
 // NodeData returns the node's current signed record.
 func (n *Node) NodeData() SignedNodeData { return *n.current() }
@@ -1129,12 +1111,8 @@ func (n *Node) Close() error {
 	n.closeOnce.Do(func() {
 		n.cancel()
 		var errs []error
-		if n.api != nil {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			if err := n.api.Shutdown(ctx); err != nil {
-				errs = append(errs, fmt.Errorf("api: %w", err))
-			}
-			cancel()
+		if err := n.api.Close(); err != nil {
+			errs = append(errs, err)
 		}
 		if n.gossip != nil {
 			n.gossip.Close()

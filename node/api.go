@@ -1,8 +1,12 @@
 package node
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
+	"reflect"
+	"strings"
 	"time"
 
 	"github.com/workmesh/workmesh/node/httpapi"
@@ -10,14 +14,59 @@ import (
 
 // InfoView is the body of GET /v1/info: who this node is and how to reach it.
 type InfoView struct {
-	PeerID    string   `json:"peer_id"`          // the node's peer ID
-	Addrs     []string `json:"addrs"`            // listen addresses with /p2p/<peer id>, ready to bootstrap from
-	Network   string   `json:"network"`          // the network it joined
-	Version   string   `json:"version"`          // the workmesh version it runs
-	WorkTypes []string `json:"work_types"`       // the work types it advertises
-	Labels    []string `json:"labels"`           // its group labels
-	Faults    any      `json:"faults,omitempty"` // fault injection settings, when the node has them
+	PeerID    string   `json:"peer_id"`    // the node's peer ID
+	Addrs     []string `json:"addrs"`      // listen addresses with /p2p/<peer id>, ready to bootstrap from
+	Network   string   `json:"network"`    // the network it joined
+	Version   string   `json:"version"`    // the workmesh version it runs
+	WorkTypes []string `json:"work_types"` // the work types it advertises
+	Labels    []string `json:"labels"`     // its group labels
+	// Extra holds the fields added with WithInfo, in the order they were
+	// added. Each is written after the fields above under its key; one
+	// whose value is nil is left out.
+	Extra []InfoField `json:"-"`
 }
+
+// InfoField is one field of GET /v1/info added with WithInfo.
+type InfoField struct {
+	Key   string
+	Value any
+}
+
+// MarshalJSON writes the fields of v and then its Extra fields, as if each
+// were one more field of the struct.
+func (v InfoView) MarshalJSON() ([]byte, error) {
+	type fields InfoView // the struct's fields, without this method
+	b, err := json.Marshal(fields(v))
+	if err != nil || len(v.Extra) == 0 {
+		return b, err
+	}
+	b = b[:len(b)-1] // reopen the object
+	for _, f := range v.Extra {
+		if f.Value == nil {
+			continue
+		}
+		val, err := json.Marshal(f.Value)
+		if err != nil {
+			return nil, fmt.Errorf("info %s: %w", f.Key, err)
+		}
+		key, _ := json.Marshal(f.Key)
+		b = append(append(append(append(b, ','), key...), ':'), val...)
+	}
+	return append(b, '}'), nil
+}
+
+// infoKeys are the JSON keys of InfoView's own fields, which WithInfo may
+// not take.
+var infoKeys = func() []string {
+	var keys []string
+	t := reflect.TypeFor[InfoView]()
+	for i := range t.NumField() {
+		if k, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ","); k != "" && k != "-" {
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}()
 
 // PeerView is one element of GET /v1/peers: one fresh peer of the table.
 type PeerView struct {
@@ -81,8 +130,8 @@ func (n *Node) Info() InfoView {
 		WorkTypes: cur.Data.WorkTypeNames(),
 		Labels:    nonNil(cur.Data.Labels),
 	}
-	if n.faultsView != nil {
-		v.Faults = n.faultsView()
+	for _, f := range n.info {
+		v.Extra = append(v.Extra, InfoField{Key: f.key, Value: f.view()})
 	}
 	return v
 }

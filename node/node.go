@@ -29,6 +29,7 @@ import (
 	"github.com/workmesh/workmesh/config"
 	"github.com/workmesh/workmesh/node/httpapi"
 	"github.com/workmesh/workmesh/pubsub"
+	"github.com/workmesh/workmesh/selection"
 )
 
 // LocalState supplies the parts of this node's NodeData that change while it
@@ -64,7 +65,7 @@ type apiHandler struct {
 
 type options struct {
 	log        *logrus.Logger
-	clock      Clock
+	clock      selection.Clock
 	state      LocalState
 	version    string
 	key        crypto.PrivKey
@@ -74,8 +75,8 @@ type options struct {
 	healthCheck func(from peer.ID) error
 	// apiToken is the bearer token the local API requires; empty means none.
 	apiToken string
-	// faultsView reports the fault injection settings for /v1/info.
-	faultsView func() any
+	// info adds fields to /v1/info; see WithInfo.
+	info []infoSource
 	// host, when set, is the libp2p host the node runs on instead of one
 	// of its own; see WithHost.
 	host host.Host
@@ -93,7 +94,7 @@ func WithLogger(log *logrus.Logger) Option {
 }
 
 // WithClock sets the clock the peer table judges freshness by.
-func WithClock(c Clock) Option {
+func WithClock(c selection.Clock) Option {
 	return func(o *options) error {
 		if c == nil {
 			return errors.New("node: nil clock")
@@ -136,14 +137,26 @@ func WithAPIToken(token string) Option {
 	return func(o *options) error { o.apiToken = token; return nil }
 }
 
-// WithFaultsView makes GET /v1/info show what f returns under "faults":
-// the fault injection settings, so an operator sees a drill is on.
-func WithFaultsView(f func() any) Option {
+// infoSource is a field WithInfo adds to GET /v1/info.
+type infoSource struct {
+	key  string
+	view func() any
+}
+
+// WithInfo adds a field to GET /v1/info: under key, what f returns at the
+// time of the request (left out when nil), so that a part of the process
+// the node does not know, such as fault injection, shows its state next to
+// the node's own. Fields come after the node's own, in the order added; key
+// must not be one of the node's own keys or one added before.
+func WithInfo(key string, f func() any) Option {
 	return func(o *options) error {
-		if f == nil {
-			return errors.New("node: nil faults view")
+		if key == "" || f == nil {
+			return errors.New("node: info field needs a key and a function")
 		}
-		o.faultsView = f
+		if slices.Contains(infoKeys, key) || slices.ContainsFunc(o.info, func(s infoSource) bool { return s.key == key }) {
+			return fmt.Errorf("node: info field %q: the key is taken", key)
+		}
+		o.info = append(o.info, infoSource{key, f})
 		return nil
 	}
 }
@@ -258,9 +271,9 @@ type Node struct {
 	state   LocalState
 	// healthCheck judges each health ping; see WithHealthCheck.
 	healthCheck func(from peer.ID) error
-	// faultsView reports fault injection settings in /v1/info.
-	faultsView func() any
-	start      time.Time
+	// info adds fields to /v1/info; see WithInfo.
+	info  []infoSource
+	start time.Time
 
 	host host.Host
 	// ownsHost is false on a host given with WithHost: Close then leaves
@@ -343,7 +356,7 @@ func ParseListen(addrs []string) ([]ma.Multiaddr, error) {
 // background. It returns once the node is listening. Cancelling ctx stops
 // the node's background work as Close does, but only Close frees it.
 func New(ctx context.Context, cfg config.NodeConfig, opts ...Option) (*Node, error) {
-	o := options{log: logrus.StandardLogger(), clock: realClock{}, state: noState{}, version: "dev"}
+	o := options{log: logrus.StandardLogger(), clock: selection.SystemClock{}, state: noState{}, version: "dev"}
 	for _, opt := range opts {
 		if err := opt(&o); err != nil {
 			return nil, err
@@ -413,7 +426,7 @@ func New(ctx context.Context, cfg config.NodeConfig, opts ...Option) (*Node, err
 		key:         key,
 		state:       o.state,
 		healthCheck: o.healthCheck,
-		faultsView:  o.faultsView,
+		info:        o.info,
 		start:       time.Now(),
 		host:        h,
 		ownsHost:    o.host == nil,

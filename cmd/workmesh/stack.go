@@ -117,7 +117,7 @@ func startStack(ctx context.Context, cfg config.Config, log *logrus.Logger, opts
 	state := workers.NewLocalState(pool, faults)
 	nodeOpts := append([]node.Option{
 		node.WithLogger(log), node.WithVersion(version), node.WithLocalState(state), node.WithHealthCheck(state.Health),
-		node.WithAPIToken(cfg.Access.APIToken), node.WithFaultsView(func() any { return faults.View() }),
+		node.WithAPIToken(cfg.Access.APIToken), node.WithInfo("faults", func() any { return faults.View() }),
 	}, so.nodeOpts...)
 	n, err := node.New(sctx, cfg.Node, nodeOpts...)
 	if err != nil {

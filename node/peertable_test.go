@@ -10,6 +10,8 @@ import (
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/sirupsen/logrus"
+
+	"github.com/workmesh/workmesh/selection"
 )
 
 // fakeClock is a clock tests move by hand.
@@ -40,7 +42,7 @@ func quietLogger() *logrus.Logger {
 
 const testTTL = 30 * time.Second
 
-func newTestTable(t testing.TB, clock Clock) (*PeerTable, peer.ID) {
+func newTestTable(t testing.TB, clock selection.Clock) (*PeerTable, peer.ID) {
 	_, self := newKey(t)
 	return NewPeerTable(PeerTableConfig{Self: self, Network: testNetwork, TTL: testTTL, Clock: clock, Logger: quietLogger()}), self
 }

@@ -125,8 +125,8 @@ func (n *Node) Info() InfoView {
 	v := InfoView{
 		PeerID:    n.ID().String(),
 		Addrs:     addrs,
-		Network:   n.network,
-		Version:   n.version,
+		Network:   n.cfg.Network,
+		Version:   n.records.version,
 		WorkTypes: cur.Data.WorkTypeNames(),
 		Labels:    nonNil(cur.Data.Labels),
 	}

@@ -28,8 +28,8 @@ type InfoView struct {
 
 // InfoField is one field of GET /v1/info added with WithInfo.
 type InfoField struct {
-	Key   string
-	Value any
+	Key   string // the JSON key
+	Value any    // what the WithInfo function returned for this request
 }
 
 // MarshalJSON writes the fields of v and then its Extra fields, as if each

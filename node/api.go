@@ -2,23 +2,71 @@ package node
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
+	"reflect"
+	"strings"
 	"time"
 
-	"github.com/sirupsen/logrus"
+	"github.com/workmesh/workmesh/node/httpapi"
 )
 
 // InfoView is the body of GET /v1/info: who this node is and how to reach it.
 type InfoView struct {
-	PeerID    string   `json:"peer_id"`          // the node's peer ID
-	Addrs     []string `json:"addrs"`            // listen addresses with /p2p/<peer id>, ready to bootstrap from
-	Network   string   `json:"network"`          // the network it joined
-	Version   string   `json:"version"`          // the workmesh version it runs
-	WorkTypes []string `json:"work_types"`       // the work types it advertises
-	Labels    []string `json:"labels"`           // its group labels
-	Faults    any      `json:"faults,omitempty"` // fault injection settings, when the node has them
+	PeerID    string   `json:"peer_id"`    // the node's peer ID
+	Addrs     []string `json:"addrs"`      // listen addresses with /p2p/<peer id>, ready to bootstrap from
+	Network   string   `json:"network"`    // the network it joined
+	Version   string   `json:"version"`    // the workmesh version it runs
+	WorkTypes []string `json:"work_types"` // the work types it advertises
+	Labels    []string `json:"labels"`     // its group labels
+	// Extra holds the fields added with WithInfo, in the order they were
+	// added. Each is written after the fields above under its key; one
+	// whose value is nil is left out.
+	Extra []InfoField `json:"-"`
 }
+
+// InfoField is one field of GET /v1/info added with WithInfo.
+type InfoField struct {
+	Key   string // the JSON key
+	Value any    // what the WithInfo function returned for this request
+}
+
+// MarshalJSON writes the fields of v and then its Extra fields, as if each
+// were one more field of the struct.
+func (v InfoView) MarshalJSON() ([]byte, error) {
+	type fields InfoView // the struct's fields, without this method
+	b, err := json.Marshal(fields(v))
+	if err != nil || len(v.Extra) == 0 {
+		return b, err
+	}
+	b = b[:len(b)-1] // reopen the object
+	for _, f := range v.Extra {
+		if f.Value == nil {
+			continue
+		}
+		val, err := json.Marshal(f.Value)
+		if err != nil {
+			return nil, fmt.Errorf("info %s: %w", f.Key, err)
+		}
+		key, _ := json.Marshal(f.Key)
+		b = append(append(append(append(b, ','), key...), ':'), val...)
+	}
+	return append(b, '}'), nil
+}
+
+// infoKeys are the JSON keys of InfoView's own fields, which WithInfo may
+// not take.
+var infoKeys = func() []string {
+	var keys []string
+	t := reflect.TypeFor[InfoView]()
+	for i := range t.NumField() {
+		if k, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ","); k != "" && k != "-" {
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}()
 
 // PeerView is one element of GET /v1/peers: one fresh peer of the table.
 type PeerView struct {
@@ -77,66 +125,43 @@ func (n *Node) Info() InfoView {
 	v := InfoView{
 		PeerID:    n.ID().String(),
 		Addrs:     addrs,
-		Network:   n.network,
-		Version:   n.version,
+		Network:   n.cfg.Network,
+		Version:   n.records.version,
 		WorkTypes: cur.Data.WorkTypeNames(),
 		Labels:    nonNil(cur.Data.Labels),
 	}
-	if n.faultsView != nil {
-		v.Faults = n.faultsView()
+	for _, f := range n.info {
+		v.Extra = append(v.Extra, InfoField{Key: f.key, Value: f.view()})
 	}
 	return v
 }
 
-func (n *Node) routes() {
-	n.mux.HandleFunc("GET /v1/info", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, n.log, n.Info())
-	})
-	n.mux.HandleFunc("GET /v1/peers", func(w http.ResponseWriter, _ *http.Request) {
+// routes mounts the node's own views on the API.
+func (n *Node) routes() error {
+	info := n.api.Handle("GET /v1/info", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		n.writeJSON(w, n.Info())
+	}))
+	peers := n.api.Handle("GET /v1/peers", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		peers := n.table.Peers()
 		out := make([]PeerView, len(peers))
 		for i, p := range peers {
 			out[i] = NewPeerView(p)
 		}
-		writeJSON(w, n.log, out)
-	})
+		n.writeJSON(w, out)
+	}))
+	return errors.Join(info, peers)
 }
 
 // HandleAPI mounts h on the local HTTP API under pattern (http.ServeMux
 // syntax, e.g. "POST /v1/work"). It may be called at any time; a pattern that
 // conflicts with one already mounted is an error.
-func (n *Node) HandleAPI(pattern string, h http.Handler) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("api: mount %q: %v", pattern, r)
-		}
-	}()
-	n.mux.Handle(pattern, h)
-	return nil
+func (n *Node) HandleAPI(pattern string, h http.Handler) error {
+	return n.api.Handle(pattern, h)
 }
 
-// recoverHandler turns a panic in a handler into a 500 instead of a dropped
-// connection, and logs it.
-func recoverHandler(log *logrus.Logger, h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		defer func() {
-			if v := recover(); v != nil {
-				if v == http.ErrAbortHandler {
-					panic(v)
-				}
-				log.Errorf("api: %s %s: panic: %v", r.Method, r.URL.Path, v)
-				http.Error(w, "internal error", http.StatusInternalServerError)
-			}
-		}()
-		h.ServeHTTP(w, r)
-	})
-}
-
-func writeJSON(w http.ResponseWriter, log *logrus.Logger, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(v); err != nil {
-		log.Debugf("api: write response: %v", err)
+// writeJSON answers 200 with v; a failed write is the client's going away.
+func (n *Node) writeJSON(w http.ResponseWriter, v any) {
+	if err := httpapi.WriteJSON(w, http.StatusOK, v); err != nil {
+		n.log.Debugf("api: write response: %v", err)
 	}
 }

@@ -115,7 +115,7 @@ func (n *Node) handleHealth(s network.Stream) {
 
 func (n *Node) healthAnswer() HealthAnswer {
 	cur := n.current()
-	return HealthAnswer{Sequence: cur.Data.Sequence, Load: n.state.Load(), Heads: n.state.Heads()}
+	return HealthAnswer{Sequence: cur.Data.Sequence, Load: n.records.state.Load(), Heads: n.records.state.Heads()}
 }
 
 // Ping sends one health ping to p and returns the round-trip time and the
@@ -125,7 +125,7 @@ func (n *Node) Ping(ctx context.Context, p peer.ID) (time.Duration, HealthAnswer
 	ctx, cancel := withDefaultTimeout(ctx, streamTimeout)
 	defer cancel()
 	start := time.Now()
-	s, err := n.host.NewStream(ctx, p, HealthProtocol(n.network))
+	s, err := n.host.NewStream(ctx, p, HealthProtocol(n.cfg.Network))
 	if err != nil {
 		return 0, HealthAnswer{}, fmt.Errorf("health ping %s: open stream: %w", p, err)
 	}
@@ -223,7 +223,7 @@ func (n *Node) takePush(s network.Stream, from peer.ID) error {
 		}
 		return fmt.Errorf("pushed record: %w", err)
 	}
-	sd, err := OpenNodeData(b, n.network)
+	sd, err := OpenNodeData(b, n.cfg.Network)
 	if err != nil {
 		n.table.RejectVia(SourceSync, ReasonOf(err), from, err)
 		return err
@@ -234,20 +234,10 @@ func (n *Node) takePush(s network.Stream, from peer.ID) error {
 		return err
 	}
 	_, known := n.table.Get(from)
-	if ok, _ := n.enter(sd, from, SourceSync); ok && !known {
-		n.relay(sd)
+	if ok, _ := n.gossip.enter(sd, from, SourceSync); ok && !known {
+		n.gossip.relay(n.ctx, sd)
 	}
 	return nil // an older or the same record again is no reason to fail the exchange
-}
-
-// relay publishes a peer's verified record on gossip on its behalf. The
-// record is marked relayed first, so that the peer's own gossip copy is not
-// passed on a second time.
-func (n *Node) relay(sd *SignedNodeData) {
-	n.table.Offer(sd, n.ID(), SourceGossip) // the same record again as gossip: marks it relayed
-	if err := n.gossip.Publish(n.ctx, sd.Envelope); err != nil && n.ctx.Err() == nil {
-		n.log.WithField("peer", sd.Data.PeerID.String()).Debugf("relay nodedata: %v", err)
-	}
 }
 
 // pushNodeData hands p this node's own record (see nodedataRequest.Push)
@@ -280,10 +270,10 @@ func (n *Node) exchangeNodeData(ctx context.Context, p peer.ID, req nodedataRequ
 	open := n.host.NewStream
 	if req.eager {
 		open = func(ctx context.Context, p peer.ID, pids ...protocol.ID) (network.Stream, error) {
-			return newStreamEager(ctx, n.host, p, pids[0])
+			return newStreamEager(ctx, n.host.Host, p, pids[0])
 		}
 	}
-	s, err := open(ctx, p, NodeDataProtocol(n.network))
+	s, err := open(ctx, p, NodeDataProtocol(n.cfg.Network))
 	if err != nil {
 		return 0, fmt.Errorf("nodedata from %s: open stream: %w", p, err)
 	}
@@ -324,7 +314,7 @@ func (n *Node) exchangeNodeData(ctx context.Context, p peer.ID, req nodedataRequ
 			if i >= maxSyncRecords {
 				return fmt.Errorf("more than %d records", maxSyncRecords)
 			}
-			if ok, _ := n.accept(b, p, SourceSync); ok {
+			if ok, _ := n.gossip.accept(b, p, SourceSync); ok {
 				changed++
 			}
 		}

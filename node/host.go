@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"slices"
 
 	"github.com/libp2p/go-libp2p"
 	libp2pconfig "github.com/libp2p/go-libp2p/config"
@@ -32,6 +33,7 @@ import (
 	ma "github.com/multiformats/go-multiaddr"
 	msmux "github.com/multiformats/go-multistream"
 	quicgo "github.com/quic-go/quic-go"
+	"github.com/workmesh/workmesh/config"
 )
 
 // Resource-manager service names of workmesh's own protocols.
@@ -307,4 +309,112 @@ func (s *eagerStream) CloseWrite() error {
 		_ = f.Flush()
 	}
 	return s.Stream.CloseWrite()
+}
+
+// nodeHost is the libp2p host a node runs on, its own or one given with
+// WithHost, together with what Close must do with it: close a host of its
+// own; on a borrowed one, remove only the protocol handlers the node added.
+type nodeHost struct {
+	host.Host
+	owned bool
+	// before are the protocols a borrowed host served before the node
+	// started on it; added are those the node added (see claim).
+	before []protocol.ID
+	added  []protocol.ID
+}
+
+// hostIdentity returns the key the node signs with and the addresses its
+// own host will listen on (none on a borrowed host, which keeps its own):
+// a borrowed host's key, which WithIdentity must match, else the key given
+// with WithIdentity, else the one in the data dir (made on first start).
+func hostIdentity(cfg config.NodeConfig, o *options) (crypto.PrivKey, []ma.Multiaddr, error) {
+	key, h := o.key, o.host
+	if h != nil {
+		hk := h.Peerstore().PrivKey(h.ID())
+		if hk == nil {
+			return nil, nil, fmt.Errorf("the given host's peerstore holds no private key for %s", h.ID())
+		}
+		if key != nil && !key.Equals(hk) {
+			return nil, nil, fmt.Errorf("the identity key is not the given host's (%s)", h.ID())
+		}
+		return hk, nil, nil
+	}
+	listen, err := ParseListen(cfg.Listen)
+	if err != nil {
+		return nil, nil, err
+	}
+	if key == nil {
+		dir, err := DataDir(cfg.DataDir)
+		if err != nil {
+			return nil, nil, err
+		}
+		if key, err = LoadOrCreateIdentity(dir); err != nil {
+			return nil, nil, err
+		}
+	}
+	return key, listen, nil
+}
+
+// openHost returns the host given with WithHost, noting the protocols it
+// serves already, or builds the node's own: listening on listen, with TCP
+// when a listen or bootstrap address uses it.
+func openHost(key crypto.PrivKey, o *options, network string, listen []ma.Multiaddr, bootstrap []peer.AddrInfo) (*nodeHost, error) {
+	if o.host != nil {
+		return &nodeHost{Host: o.host, before: o.host.Mux().Protocols()}, nil
+	}
+	var bsAddrs []ma.Multiaddr
+	for _, ai := range bootstrap {
+		bsAddrs = append(bsAddrs, ai.Addrs...)
+	}
+	h, err := newHost(key, network, o.version, listen, usesTCP(listen, bsAddrs))
+	if err != nil {
+		return nil, err
+	}
+	return &nodeHost{Host: h, owned: true}, nil
+}
+
+// claim records, on a borrowed host, the protocols the node (with its DHT
+// and gossipsub) added to those the host served before, for Close to
+// remove. Handlers added later, by other parts of the process, are theirs.
+func (h *nodeHost) claim() {
+	if h.owned {
+		return
+	}
+	h.added = h.added[:0]
+	for _, p := range h.Mux().Protocols() {
+		if !slices.Contains(h.before, p) {
+			h.added = append(h.added, p)
+		}
+	}
+}
+
+// Close closes a host of the node's own; a borrowed host stays open,
+// without the node's protocol handlers.
+func (h *nodeHost) Close() error {
+	if !h.owned {
+		for _, p := range h.added {
+			h.RemoveStreamHandler(p)
+		}
+		return nil
+	}
+	if err := h.Host.Close(); err != nil {
+		return fmt.Errorf("host: %w", err)
+	}
+	return nil
+}
+
+// ParseListen parses listen multiaddrs.
+func ParseListen(addrs []string) ([]ma.Multiaddr, error) {
+	if len(addrs) == 0 {
+		return nil, errors.New("no listen address")
+	}
+	out := make([]ma.Multiaddr, 0, len(addrs))
+	for _, s := range addrs {
+		a, err := ma.NewMultiaddr(s)
+		if err != nil {
+			return nil, fmt.Errorf("listen address %q: %w", s, err)
+		}
+		out = append(out, a)
+	}
+	return out, nil
 }

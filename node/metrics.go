@@ -36,7 +36,7 @@ func (c nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 // Collect implements prometheus.Collector.
 func (c nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	tableCollector{c.n.table}.Collect(ch)
-	validation, outbound := c.n.gossip.Dropped()
+	validation, outbound := c.n.gossip.ann.Dropped()
 	ch <- prometheus.MustNewConstMetric(descGossipDropped, prometheus.CounterValue, float64(validation), "validation_queue")
 	ch <- prometheus.MustNewConstMetric(descGossipDropped, prometheus.CounterValue, float64(outbound), "peer_queue")
 }

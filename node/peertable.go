@@ -11,17 +11,9 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/sirupsen/logrus"
+
+	"github.com/workmesh/workmesh/selection"
 )
-
-// Clock tells the time. The peer table judges freshness with it, so tests
-// can move time without sleeping.
-type Clock interface {
-	Now() time.Time
-}
-
-type realClock struct{}
-
-func (realClock) Now() time.Time { return time.Now() }
 
 // Source says how a record reached the peer table.
 type Source int
@@ -84,8 +76,9 @@ type PeerTableConfig struct {
 	Network string
 	// TTL is how long a record stays fresh without a newer one.
 	TTL time.Duration
-	// Clock tells the time; nil means the real clock.
-	Clock Clock
+	// Clock tells the time the table judges freshness by, so tests can
+	// move time without sleeping; nil means the real clock.
+	Clock selection.Clock
 	// Logger receives one debug line per rejected (reason, sender); nil
 	// means the standard logrus logger.
 	Logger *logrus.Logger
@@ -124,7 +117,7 @@ type PeerTable struct {
 	self    peer.ID
 	network string
 	ttl     time.Duration
-	clock   Clock
+	clock   selection.Clock
 	log     *logrus.Logger
 
 	// snap is a copy of byID for readers of the whole table, made by the
@@ -152,7 +145,7 @@ type PeerTable struct {
 // NewPeerTable returns an empty peer table.
 func NewPeerTable(cfg PeerTableConfig) *PeerTable {
 	if cfg.Clock == nil {
-		cfg.Clock = realClock{}
+		cfg.Clock = selection.SystemClock{}
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = logrus.StandardLogger()

@@ -9,6 +9,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/sirupsen/logrus"
+	"github.com/workmesh/workmesh/selection"
 	"github.com/workmesh/workmesh/tests/testkit"
 )
 
@@ -20,7 +21,7 @@ func quietLogger() *logrus.Logger {
 
 const testTTL = 30 * time.Second
 
-func newTestTable(t testing.TB, clock Clock) (*PeerTable, peer.ID) {
+func newTestTable(t testing.TB, clock selection.Clock) (*PeerTable, peer.ID) {
 	_, self := newKey(t)
 	return NewPeerTable(PeerTableConfig{Self: self, Network: testNetwork, TTL: testTTL, Clock: clock, Logger: quietLogger()}), self
 }

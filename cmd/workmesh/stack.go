@@ -14,6 +14,7 @@ import (
 
 	"github.com/workmesh/workmesh/config"
 	"github.com/workmesh/workmesh/node"
+	"github.com/workmesh/workmesh/node/httpapi"
 	"github.com/workmesh/workmesh/workers"
 )
 
@@ -76,7 +77,7 @@ func startStack(ctx context.Context, cfg config.Config, log *logrus.Logger, opts
 	for _, o := range opts {
 		o(&so)
 	}
-	if err := node.CheckAPIExposure(cfg.Node.API, cfg.Access.APIToken); err != nil {
+	if err := httpapi.CheckExposure(cfg.Node.API, cfg.Access.APIToken); err != nil {
 		return nil, usageError{err}
 	}
 	access, err := workers.NewAccess(cfg.Access)
@@ -116,7 +117,7 @@ func startStack(ctx context.Context, cfg config.Config, log *logrus.Logger, opts
 	state := workers.NewLocalState(pool, faults)
 	nodeOpts := append([]node.Option{
 		node.WithLogger(log), node.WithVersion(version), node.WithLocalState(state), node.WithHealthCheck(state.Health),
-		node.WithAPIToken(cfg.Access.APIToken), node.WithFaultsView(func() any { return faults.View() }),
+		node.WithAPIToken(cfg.Access.APIToken), node.WithInfo("faults", func() any { return faults.View() }),
 	}, so.nodeOpts...)
 	n, err := node.New(sctx, cfg.Node, nodeOpts...)
 	if err != nil {

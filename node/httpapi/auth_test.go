@@ -1,4 +1,4 @@
-package node
+package httpapi
 
 import (
 	"encoding/json"
@@ -12,7 +12,7 @@ import (
 
 const goodToken = "0123456789abcdef-token"
 
-func TestCheckAPIExposure(t *testing.T) {
+func TestCheckExposure(t *testing.T) {
 	tests := []struct {
 		addr, token string
 		want        string // "" means accepted
@@ -36,15 +36,15 @@ func TestCheckAPIExposure(t *testing.T) {
 		{"127.0.0.1", "", `api address "127.0.0.1": address 127.0.0.1: missing port in address`},
 	}
 	for _, tt := range tests {
-		err := CheckAPIExposure(tt.addr, tt.token)
+		err := CheckExposure(tt.addr, tt.token)
 		switch {
 		case tt.want == "" && err != nil:
-			t.Errorf("CheckAPIExposure(%q, %q) = %v, want nil", tt.addr, tt.token, err)
+			t.Errorf("CheckExposure(%q, %q) = %v, want nil", tt.addr, tt.token, err)
 		case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
-			t.Errorf("CheckAPIExposure(%q, %q) = %v, want an error with %q", tt.addr, tt.token, err, tt.want)
+			t.Errorf("CheckExposure(%q, %q) = %v, want an error with %q", tt.addr, tt.token, err, tt.want)
 		}
-		if tt.token == "" && strings.Contains(tt.want, "not loopback") && !errors.Is(err, ErrAPIExposed) {
-			t.Errorf("CheckAPIExposure(%q) error does not wrap ErrAPIExposed", tt.addr)
+		if tt.token == "" && strings.Contains(tt.want, "not loopback") && !errors.Is(err, ErrExposed) {
+			t.Errorf("CheckExposure(%q) error does not wrap ErrExposed", tt.addr)
 		}
 	}
 }
@@ -115,7 +115,7 @@ func TestRequireToken(t *testing.T) {
 			}
 		})
 	}
-	// No token configured: nothing is required (CheckAPIExposure keeps such
+	// No token configured: nothing is required (CheckExposure keeps such
 	// an API on loopback).
 	if RequireToken("", next) != http.Handler(next) {
 		t.Error("RequireToken with no token wrapped the handler")

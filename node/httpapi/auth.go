@@ -1,9 +1,8 @@
-package node
+package httpapi
 
 import (
 	"crypto/sha256"
 	"crypto/subtle"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -13,28 +12,28 @@ import (
 	"unicode"
 )
 
-// The local API takes work and changes faults: whoever reaches it uses the
-// node. On loopback that is the machine's own users; anywhere else it must
-// ask for a bearer token.
+// The local API takes work and changes settings: whoever reaches it uses
+// the node. On loopback that is the machine's own users; anywhere else it
+// must ask for a bearer token.
 
-// MinAPITokenLen is the shortest api-token accepted, in bytes: a token that
+// MinTokenLen is the shortest api-token accepted, in bytes: a token that
 // guards an API reachable from other machines must not be guessable.
-const MinAPITokenLen = 16
+const MinTokenLen = 16
 
-// ErrAPIExposed means the local API would listen on an address other than
+// ErrExposed means the local API would listen on an address other than
 // loopback without an api-token.
-var ErrAPIExposed = errors.New("api exposed without a token")
+var ErrExposed = errors.New("api exposed without a token")
 
-// CheckAPIExposure refuses an API address that is not loopback when token
+// CheckExposure refuses an API address that is not loopback when token
 // is empty (the node must not start), and a token that is set but too short
 // or not sendable in an Authorization header. An empty addr (no API) is
 // fine. Loopback is 127.0.0.0/8, ::1 and the name "localhost"; any other
 // name or address, including an empty host (":7400", every interface),
 // needs a token. Names are not resolved.
-func CheckAPIExposure(addr, token string) error {
+func CheckExposure(addr, token string) error {
 	if token != "" {
-		if len(token) < MinAPITokenLen {
-			return fmt.Errorf("api-token: %d bytes, want at least %d", len(token), MinAPITokenLen)
+		if len(token) < MinTokenLen {
+			return fmt.Errorf("api-token: %d bytes, want at least %d", len(token), MinTokenLen)
 		}
 		if i := strings.IndexFunc(token, func(r rune) bool { return r > unicode.MaxASCII || !unicode.IsGraphic(r) || unicode.IsSpace(r) }); i >= 0 {
 			return fmt.Errorf("api-token: byte %d is a space, a control or a non-ASCII character; want printable ASCII", i+1)
@@ -55,7 +54,7 @@ func CheckAPIExposure(addr, token string) error {
 		where = "every interface"
 	}
 	return fmt.Errorf("api address %s listens on %s, not loopback: set api-token (a bearer token of at least %d bytes) or listen on 127.0.0.1: %w",
-		addr, where, MinAPITokenLen, ErrAPIExposed)
+		addr, where, MinTokenLen, ErrExposed)
 }
 
 // isLoopbackHost reports whether host (from an address, without port) can
@@ -72,7 +71,7 @@ func isLoopbackHost(host string) bool {
 // Bearer <token>"; others get 401 with a JSON error and a WWW-Authenticate
 // header. The comparison takes the same time whatever the token sent. An
 // empty token requires nothing and returns next as it is: an API without a
-// token is one CheckAPIExposure kept on loopback.
+// token is one CheckExposure kept on loopback.
 func RequireToken(token string, next http.Handler) http.Handler {
 	if token == "" {
 		return next
@@ -89,7 +88,7 @@ func RequireToken(token string, next http.Handler) http.Handler {
 				msg = "invalid bearer token"
 			}
 			w.Header().Set("WWW-Authenticate", `Bearer realm="workmesh"`)
-			writeAPIError(w, http.StatusUnauthorized, msg)
+			WriteError(w, http.StatusUnauthorized, "", "%s", msg)
 			return
 		}
 		next.ServeHTTP(w, r)
@@ -113,11 +112,11 @@ func bearer(h string) (string, bool) {
 // *http.MaxBytesError). n must be positive.
 func LimitBody(n int64, next http.Handler) http.Handler {
 	if n < 1 {
-		panic(fmt.Sprintf("node: LimitBody(%d): want a positive limit", n))
+		panic(fmt.Sprintf("httpapi: LimitBody(%d): want a positive limit", n))
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.ContentLength > n {
-			writeAPIError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body: %d bytes, more than the %d allowed", r.ContentLength, n))
+			WriteError(w, http.StatusRequestEntityTooLarge, "", "body: %d bytes, more than the %d allowed", r.ContentLength, n)
 			return
 		}
 		if r.Body != nil && r.Body != http.NoBody {
@@ -125,13 +124,4 @@ func LimitBody(n int64, next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
-}
-
-// writeAPIError writes {"error": msg} with status code.
-func writeAPIError(w http.ResponseWriter, code int, msg string) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(struct {
-		Error string `json:"error"`
-	}{msg})
 }

@@ -1,0 +1,139 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	lpubsub "github.com/libp2p/go-libp2p-pubsub"
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/sirupsen/logrus"
+
+	"github.com/workmesh/workmesh/pubsub"
+)
+
+// gossip is where records from the network come in: it verifies every
+// announcement before gossipsub relays it, and enters good records, from
+// gossip, sync or the DHT, in the peer table. Entering works from the
+// start; the announcer (gossipsub on the NodeData topic) runs from Start.
+type gossip struct {
+	log     *logrus.Logger
+	host    host.Host
+	table   *PeerTable
+	network string
+	ttl     time.Duration // how long a record's addresses are kept
+	ann     *pubsub.Announcer
+}
+
+func newGossip(h host.Host, table *PeerTable, network string, ttl time.Duration, log *logrus.Logger) *gossip {
+	return &gossip{log: log, host: h, table: table, network: network, ttl: ttl}
+}
+
+// Start joins the NodeData topic; onPeerJoin runs when a peer joins it.
+// The announcer runs until Close or until ctx ends.
+func (g *gossip) Start(ctx context.Context, onPeerJoin func(peer.ID), opts []lpubsub.Option) error {
+	// Records are entered by the verifier itself, the moment they are
+	// known good, rather than after gossipsub's delivery queue.
+	ann, err := pubsub.New(ctx, g.host, g.network, g.verify, nil,
+		pubsub.WithLogger(g.log),
+		pubsub.WithPeerJoin(onPeerJoin),
+		pubsub.WithGossipSubOptions(opts...))
+	if err != nil {
+		return err
+	}
+	g.ann = ann
+	return nil
+}
+
+// Close leaves the topic and stops gossipsub's delivery and join calls.
+func (g *gossip) Close() error {
+	if g.ann == nil {
+		return nil
+	}
+	return g.ann.Close()
+}
+
+// verify checks an announcement before gossipsub relays it: the same
+// checks as the DHT validator. Whoever published the message on gossip, the
+// record inside must be signed by the key of the peer it speaks for: that
+// signature is what makes it trustworthy, so any peer may pass on another's
+// record (as a node does with the record a newcomer pushed to it), while the
+// peer table's rules (newest sequence wins, replays refused) apply whoever
+// relayed it. A good record is entered in the peer table here, without
+// waiting for gossipsub's delivery queue.
+func (g *gossip) verify(author peer.ID, data []byte) (any, error) {
+	self := g.host.ID()
+	if author == self {
+		return nil, nil // our own publication on its way out, checked when it was made
+	}
+	if id, ok := envelopeSigner(data); ok && (id == self || g.table.HoldsGossiped(id, data)) {
+		// Signed with our key: our own record passed back to us, which
+		// we never need (and a forgery would not pass the signature
+		// check). Otherwise a copy of what we already relayed.
+		return nil, pubsub.ErrIgnore
+	}
+	// author is proven by gossipsub's message signature: a node's own
+	// record needs no second signature check (see openNodeData), a relayed
+	// one is checked in full.
+	sd, err := openNodeData(data, g.network, author)
+	if err != nil {
+		g.table.RejectVia(SourceGossip, ReasonOf(err), author, err)
+		return nil, err
+	}
+	id := sd.Data.PeerID
+	if have, ok := g.table.Sequence(id); ok && sd.Data.Sequence <= have {
+		if sd.Data.Sequence == have {
+			// Held, but learned by sync or from the DHT: relay it
+			// once so it still spreads, and mark it relayed.
+			if p, ok := g.table.Get(id); ok && !p.Gossiped {
+				g.enter(sd, author, SourceGossip)
+				return nil, nil
+			}
+			return nil, pubsub.ErrIgnore
+		}
+		// An older record is not relayed, but the relaying peer may just
+		// have been slow: ignore rather than punish.
+		err := reject(RejectReplay, fmt.Errorf("sequence %d of %s, already have %d", sd.Data.Sequence, id, have))
+		g.table.RejectVia(SourceGossip, RejectReplay, author, err)
+		return nil, fmt.Errorf("%w: %w", pubsub.ErrIgnore, err)
+	}
+	g.enter(sd, author, SourceGossip)
+	return nil, nil
+}
+
+// accept opens a signed record from the network and enters it.
+func (g *gossip) accept(data []byte, from peer.ID, src Source) (bool, error) {
+	if id, ok := envelopeSigner(data); ok && g.table.Holds(id, data) {
+		// The record held, byte for byte: a sync mostly returns what
+		// gossip already brought, and checking each again would cost a
+		// signature check per record per sync.
+		return false, nil
+	}
+	sd, err := OpenNodeData(data, g.network)
+	if err != nil {
+		g.table.RejectVia(src, ReasonOf(err), from, err)
+		return false, err
+	}
+	return g.enter(sd, from, src)
+}
+
+// enter offers a verified record to the table and, when it is newer, keeps
+// the addresses its peer signed so that the peer can be dialed.
+func (g *gossip) enter(sd *SignedNodeData, from peer.ID, src Source) (bool, error) {
+	ok, err := g.table.Offer(sd, from, src)
+	if ok {
+		g.host.Peerstore().AddAddrs(sd.Data.PeerID, sd.Data.Multiaddrs(), g.ttl)
+	}
+	return ok, err
+}
+
+// relay publishes a peer's verified record on gossip on its behalf. The
+// record is marked relayed first, so that the peer's own gossip copy is not
+// passed on a second time.
+func (g *gossip) relay(ctx context.Context, sd *SignedNodeData) {
+	g.table.Offer(sd, g.host.ID(), SourceGossip) // the same record again as gossip: marks it relayed
+	if err := g.ann.Publish(ctx, sd.Envelope); err != nil && ctx.Err() == nil {
+		g.log.WithField("peer", sd.Data.PeerID.String()).Debugf("relay nodedata: %v", err)
+	}
+}

@@ -1,0 +1,39 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+)
+
+// ErrorBody is the body of every 4xx and 5xx answer of the API.
+type ErrorBody struct {
+	// Error says what is wrong.
+	Error string `json:"error"`
+	// Field names the request field at fault (a body field or a query
+	// parameter), when there is one.
+	Field string `json:"field,omitempty"`
+}
+
+// WriteJSON answers with status code and v as JSON, indented for an
+// operator reading it with curl. It returns the error of encoding or
+// writing v, which the caller may log: the status line is sent by then.
+func WriteJSON(w http.ResponseWriter, code int, v any) error {
+	return write(w, code, v, "  ")
+}
+
+// WriteError answers with status code and an ErrorBody on one line: the
+// message is fmt.Sprintf(format, args...), and field, when not empty, names
+// the request field at fault. Every 4xx and 5xx of the API is written by it.
+func WriteError(w http.ResponseWriter, code int, field, format string, args ...any) {
+	_ = write(w, code, ErrorBody{Error: fmt.Sprintf(format, args...), Field: field}, "")
+}
+
+// write is the one JSON writer behind WriteJSON and WriteError.
+func write(w http.ResponseWriter, code int, v any, indent string) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", indent)
+	return enc.Encode(v)
+}

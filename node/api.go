@@ -1,59 +1,20 @@
 package node
 
 import (
-	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
 	"reflect"
 	"strings"
-	"time"
 
+	"github.com/workmesh/workmesh/node/apiv1"
 	"github.com/workmesh/workmesh/node/httpapi"
 )
 
-// InfoView is the body of GET /v1/info: who this node is and how to reach it.
-type InfoView struct {
-	PeerID    string   `json:"peer_id"`    // the node's peer ID
-	Addrs     []string `json:"addrs"`      // listen addresses with /p2p/<peer id>, ready to bootstrap from
-	Network   string   `json:"network"`    // the network it joined
-	Version   string   `json:"version"`    // the workmesh version it runs
-	WorkTypes []string `json:"work_types"` // the work types it advertises
-	Labels    []string `json:"labels"`     // its group labels
-	// Extra holds the fields added with WithInfo, in the order they were
-	// added. Each is written after the fields above under its key; one
-	// whose value is nil is left out.
-	Extra []InfoField `json:"-"`
-}
+// InfoView is the body of GET /v1/info.
+type InfoView = apiv1.InfoView
 
 // InfoField is one field of GET /v1/info added with WithInfo.
-type InfoField struct {
-	Key   string // the JSON key
-	Value any    // what the WithInfo function returned for this request
-}
-
-// MarshalJSON writes the fields of v and then its Extra fields, as if each
-// were one more field of the struct.
-func (v InfoView) MarshalJSON() ([]byte, error) {
-	type fields InfoView // the struct's fields, without this method
-	b, err := json.Marshal(fields(v))
-	if err != nil || len(v.Extra) == 0 {
-		return b, err
-	}
-	b = b[:len(b)-1] // reopen the object
-	for _, f := range v.Extra {
-		if f.Value == nil {
-			continue
-		}
-		val, err := json.Marshal(f.Value)
-		if err != nil {
-			return nil, fmt.Errorf("info %s: %w", f.Key, err)
-		}
-		key, _ := json.Marshal(f.Key)
-		b = append(append(append(append(b, ','), key...), ':'), val...)
-	}
-	return append(b, '}'), nil
-}
+type InfoField = apiv1.InfoField
 
 // infoKeys are the JSON keys of InfoView's own fields, which WithInfo may
 // not take.
@@ -68,21 +29,8 @@ var infoKeys = func() []string {
 	return keys
 }()
 
-// PeerView is one element of GET /v1/peers: one fresh peer of the table.
-type PeerView struct {
-	ID        string            `json:"id"`         // peer ID
-	Addrs     []string          `json:"addrs"`      // listen addresses the peer signed, without /p2p
-	WorkTypes []string          `json:"work_types"` // work types it serves
-	Labels    []string          `json:"labels"`     // its group labels
-	Heads     map[string]uint64 `json:"heads"`      // head per work type, for types that have one
-	Capacity  Capacity          `json:"capacity"`   // how much work it takes at most
-	Load      Load              `json:"load"`       // its load when it signed the record
-	Version   string            `json:"version"`    // the workmesh version it runs
-	Sequence  uint64            `json:"sequence"`   // sequence of its newest record
-	LastSeen  time.Time         `json:"last_seen"`  // when a newer record last arrived
-	Connected bool              `json:"connected"`  // whether this node has a connection to it
-	Source    string            `json:"source"`     // how the newest record arrived: gossip, dht or sync
-}
+// PeerView is one element of GET /v1/peers.
+type PeerView = apiv1.PeerView
 
 // NewPeerView returns the API form of a peer table entry.
 func NewPeerView(p PeerInfo) PeerView {

@@ -11,6 +11,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/record"
 	ma "github.com/multiformats/go-multiaddr"
+	"github.com/workmesh/workmesh/node/apiv1"
 )
 
 // MaxRecordSize bounds a signed NodeData envelope on every path (gossip, DHT,
@@ -69,21 +70,11 @@ type WorkType struct {
 	Head *uint64 `json:"head,omitempty"`
 }
 
-// Capacity is how much work a node accepts at most.
-type Capacity struct {
-	// MaxConcurrent is the number of requests it runs at once.
-	MaxConcurrent int `json:"max_concurrent"`
-	// QueueSize is the number of requests it lets wait.
-	QueueSize int `json:"queue_size"`
-}
+// Capacity is how much work a node takes at most (its record says).
+type Capacity = apiv1.Capacity
 
 // Load is how much work a node has at one moment.
-type Load struct {
-	// InFlight is the number of requests running.
-	InFlight int `json:"in_flight"`
-	// Queued is the number of requests waiting.
-	Queued int `json:"queued"`
-}
+type Load = apiv1.Load
 
 // Serves reports whether the record advertises the work type.
 func (nd NodeData) Serves(workType string) bool {

@@ -28,8 +28,10 @@ import (
 
 	"github.com/workmesh/workmesh/config"
 	"github.com/workmesh/workmesh/node"
+	"github.com/workmesh/workmesh/node/apiv1"
 	"github.com/workmesh/workmesh/tests/testkit"
 	"github.com/workmesh/workmesh/workers"
+	"github.com/workmesh/workmesh/workers/dispatch"
 )
 
 // syncBuffer is a bytes.Buffer that a process and a test may use at once.
@@ -196,7 +198,7 @@ func runOnTTY(t *testing.T, bin string, args ...string) (int, string) {
 // scrape reads the node's /metrics with Prometheus's own text parser.
 func scrape(t *testing.T, api string) map[string]*dto.MetricFamily {
 	t.Helper()
-	return testkit.Scrape(t, "http://"+api+workers.MetricsPath)
+	return testkit.Scrape(t, "http://"+api+apiv1.MetricsPath)
 }
 
 // short is how the CLI abbreviates a peer ID.
@@ -625,12 +627,12 @@ func TestMetricsHedgesAndBeyondHead(t *testing.T) {
 		}},
 	)
 	waitRanked(t, gw, "chain", 1)
-	res := gw.submit(t, workers.WorkRequest{Type: "sha256", Payload: []byte("hello"), Timeout: 5 * time.Second})
-	if res.Status != workers.StatusOK || res.Worker != ms[1].node.ID().String() {
+	res := gw.submit(t, dispatch.WorkRequest{Type: "sha256", Payload: []byte("hello"), Timeout: 5 * time.Second})
+	if res.Status != apiv1.StatusOK || res.Worker != ms[1].node.ID().String() {
 		t.Fatalf("hedged request: %s", describe(res, peerName(append(ms, gw)...)))
 	}
-	res = gw.submit(t, workers.WorkRequest{Type: "chain", Payload: []byte("20"), MinHead: u64(20)})
-	if res.Status != workers.StatusEmpty || len(res.Attempts) != 1 {
+	res = gw.submit(t, dispatch.WorkRequest{Type: "chain", Payload: []byte("20"), MinHead: u64(20)})
+	if res.Status != apiv1.StatusEmpty || len(res.Attempts) != 1 {
 		t.Fatalf("beyond-head request: %s", describe(res, peerName(append(ms, gw)...)))
 	}
 

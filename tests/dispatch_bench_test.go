@@ -6,7 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/workmesh/workmesh/node/apiv1"
 	"github.com/workmesh/workmesh/workers"
+	"github.com/workmesh/workmesh/workers/dispatch"
 )
 
 const bareEchoProtocol = "/workmesh-bench/echo/1.0.0"
@@ -34,9 +36,9 @@ func BenchmarkDispatchEchoVsBareStream(b *testing.B) {
 	worker := w.node.ID().String()
 	dispatch := func() time.Duration {
 		start := time.Now()
-		res := gw.disp.Dispatch(ctx, workers.WorkRequest{Type: "echo", Payload: payload, Timeout: 5 * time.Second})
+		res := gw.disp.Dispatch(ctx, dispatch.WorkRequest{Type: "echo", Payload: payload, Timeout: 5 * time.Second})
 		took := time.Since(start) // the check below is the benchmark's, not dispatch's
-		if res.Status != workers.StatusOK || res.Worker != worker || len(res.Output) != len(payload) {
+		if res.Status != apiv1.StatusOK || res.Worker != worker || len(res.Output) != len(payload) {
 			b.Fatalf("dispatch: %s", describe(res, peerName(gw, w)))
 		}
 		return took

@@ -6,7 +6,9 @@ import (
 	"time"
 
 	"github.com/workmesh/workmesh/config"
+	"github.com/workmesh/workmesh/node/apiv1"
 	"github.com/workmesh/workmesh/workers"
+	"github.com/workmesh/workmesh/workers/dispatch"
 )
 
 // groupsConfig sets label balancing primary > fallback with a budget large
@@ -57,8 +59,8 @@ func TestFailover_EmptyBeyondHeadDoesNotSweepToFallbacks(t *testing.T) {
 	const requests = 20
 	for i := range requests {
 		before := hits.total()
-		res := gw.submit(t, workers.WorkRequest{Type: "block", Payload: []byte("101"), MinHead: u64(101)})
-		if res.Status != workers.StatusEmpty {
+		res := gw.submit(t, dispatch.WorkRequest{Type: "block", Payload: []byte("101"), MinHead: u64(101)})
+		if res.Status != apiv1.StatusEmpty {
 			t.Fatalf("request %d: %s; want empty (block 101 is above every head)", i, describe(res, name))
 		}
 		if n := hits.total() - before; n > 1 {
@@ -79,8 +81,8 @@ func TestFailover_EmptyBeyondHeadDoesNotSweepToFallbacks(t *testing.T) {
 func TestFailover_EmptyAtHeadStillEscapesToFallbacks(t *testing.T) {
 	gw, ms, hits := blockMesh(t, groupsConfig(false), true)
 	name := peerName(append(ms, gw)...)
-	res := gw.submit(t, workers.WorkRequest{Type: "block", Payload: []byte("100"), MinHead: u64(100)})
-	if res.Status != workers.StatusOK || (string(res.Output) != "f1" && string(res.Output) != "f2") {
+	res := gw.submit(t, dispatch.WorkRequest{Type: "block", Payload: []byte("100"), MinHead: u64(100)})
+	if res.Status != apiv1.StatusOK || (string(res.Output) != "f1" && string(res.Output) != "f2") {
 		t.Fatalf("block 100, primaries empty: %s; want ok from a fallback", describe(res, name))
 	}
 	if hits.get("p1") != 1 || hits.get("p2") != 1 {
@@ -108,8 +110,8 @@ func TestDispatch_LabelGroupsFallThroughViaRetries(t *testing.T) {
 	}
 	waitRanked(t, gw, "job", 3)
 	name := peerName(append(ms, gw)...)
-	res := gw.submit(t, workers.WorkRequest{Type: "job", Payload: []byte("x")})
-	if res.Status != workers.StatusOK || string(res.Output) != "f1" {
+	res := gw.submit(t, dispatch.WorkRequest{Type: "job", Payload: []byte("x")})
+	if res.Status != apiv1.StatusOK || string(res.Output) != "f1" {
 		t.Fatalf("%s; want ok from f1 after both primaries failed", describe(res, name))
 	}
 	var got []string
@@ -142,8 +144,8 @@ func TestDispatch_PassOnErrorWithHedging(t *testing.T) {
 	waitRanked(t, gw, "echo", 3)
 	name := peerName(append(ms, gw)...)
 	for i := range 5 {
-		res := gw.submit(t, workers.WorkRequest{Type: "echo", Payload: []byte("x")})
-		if res.Status != workers.StatusOK {
+		res := gw.submit(t, dispatch.WorkRequest{Type: "echo", Payload: []byte("x")})
+		if res.Status != apiv1.StatusOK {
 			t.Fatalf("request %d: %s", i, describe(res, name))
 		}
 		for _, a := range res.Attempts {
@@ -160,7 +162,7 @@ func TestDispatch_PassOnErrorWithHedging(t *testing.T) {
 	}
 }
 
-func hasHedge(res workers.WorkResult) bool {
+func hasHedge(res dispatch.WorkResult) bool {
 	for _, a := range res.Attempts {
 		if a.Hedge {
 			return true

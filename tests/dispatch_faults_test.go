@@ -15,8 +15,10 @@ import (
 
 	"github.com/workmesh/workmesh/config"
 	"github.com/workmesh/workmesh/node"
+	"github.com/workmesh/workmesh/node/apiv1"
 	"github.com/workmesh/workmesh/selection"
 	"github.com/workmesh/workmesh/workers"
+	"github.com/workmesh/workmesh/workers/dispatch"
 )
 
 func sha256Handler(name string, hits *hitCounter) workers.Handler {
@@ -83,9 +85,9 @@ func TestDispatch_LocalFallbackWhenRemoteUnreachable(t *testing.T) {
 	}, gw.node.Peers())
 	name := peerName(append(dead, gw)...)
 	start := time.Now()
-	res := gw.submit(t, workers.WorkRequest{Type: "sha256", Payload: []byte("hello")})
+	res := gw.submit(t, dispatch.WorkRequest{Type: "sha256", Payload: []byte("hello")})
 	took := time.Since(start)
-	if res.Status != workers.StatusOK || res.Worker != workers.LocalWorker {
+	if res.Status != apiv1.StatusOK || res.Worker != dispatch.LocalWorker {
 		t.Fatalf("%s; want ok from the local worker", describe(res, name))
 	}
 	if !strings.HasPrefix(string(res.Output), "2cf24dba") {
@@ -132,16 +134,16 @@ func TestDispatch_WorkerKilledMidWork(t *testing.T) {
 	waitRanked(t, gw, "sha256", 2)
 	name := peerName(ws["w1"], ws["w2"], gw)
 
-	var res workers.WorkResult
+	var res dispatch.WorkResult
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		res = gw.submit(t, workers.WorkRequest{Type: "sha256", Payload: []byte("hello"), Timeout: 5 * time.Second})
+		res = gw.submit(t, dispatch.WorkRequest{Type: "sha256", Payload: []byte("hello"), Timeout: 5 * time.Second})
 	})
 	first := recvWithin(t, started, 5*time.Second)
 	ws[first].stop() // killed while working
 	wg.Wait()
 
-	if res.Status != workers.StatusOK || name(res.Worker) == first {
+	if res.Status != apiv1.StatusOK || name(res.Worker) == first {
 		t.Fatalf("%s; want ok from the worker that was not killed (%s was)", describe(res, name), first)
 	}
 	if got := string(res.Output); got != "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824" {
@@ -208,8 +210,8 @@ func TestDispatch_GreyWorkerEjected(t *testing.T) {
 	t.Logf("grey worker unreachable after %s", time.Since(start))
 	hits.reset()
 	for i := range 20 {
-		res := gw.submit(t, workers.WorkRequest{Type: "sha256", Payload: []byte("x")})
-		if res.Status != workers.StatusOK {
+		res := gw.submit(t, dispatch.WorkRequest{Type: "sha256", Payload: []byte("x")})
+		if res.Status != apiv1.StatusOK {
 			t.Fatalf("request %d: %s", i, describe(res, name))
 		}
 	}

@@ -15,6 +15,11 @@ import (
 	"github.com/workmesh/workmesh/selection"
 	"github.com/workmesh/workmesh/tests/testkit"
 	"github.com/workmesh/workmesh/workers"
+	"github.com/workmesh/workmesh/workers/dispatch"
+	"github.com/workmesh/workmesh/workers/httpwork"
+	"github.com/workmesh/workmesh/workers/jsonrpc"
+	"github.com/workmesh/workmesh/workers/pool"
+	"github.com/workmesh/workmesh/workers/protocol"
 )
 
 // member is one full workmesh stack in the test process: node, local
@@ -22,9 +27,9 @@ import (
 type member struct {
 	name   string
 	node   *node.Node
-	pool   *workers.Pool
-	server *workers.Server
-	disp   *workers.Dispatcher
+	pool   *pool.Pool
+	server *protocol.Server
+	disp   *dispatch.Dispatcher
 	cancel context.CancelFunc
 	done   chan struct{}
 	hits   *hitCounter
@@ -149,14 +154,14 @@ func startMember(t testing.TB, hits *hitCounter, spec memberSpec, boot *member) 
 	if boot != nil {
 		cfg.Node.Bootstrap = addrStrings(boot.node)
 	}
-	pool, err := workers.NewPool(reg, cfg.Worker, testLogger())
+	local, err := pool.New(reg, cfg.Worker, testLogger())
 	if err != nil {
 		t.Fatal(err)
 	}
-	state := workers.NewLocalState(pool)
+	state := pool.NewLocalState(local)
 	opts := append([]node.Option{node.WithLocalState(state), node.WithHealthCheck(state.Health)}, spec.opts...)
 	n := startNode(t, cfg.Node, opts...)
-	server, err := workers.NewServer(n.Host(), n.Network(), pool, workers.WithServerLogger(testLogger()))
+	server, err := protocol.NewServer(n.Host(), n.Network(), local, protocol.WithLogger(testLogger()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,13 +169,16 @@ func startMember(t testing.TB, hits *hitCounter, spec memberSpec, boot *member) 
 	// them) and differ from the other members', as nodes' do.
 	seed := fnv.New64a()
 	seed.Write([]byte(spec.name))
-	disp, err := workers.NewDispatcher(cfg, n, pool, workers.WithDispatchLogger(testLogger()),
-		workers.WithSelectionOptions(selection.WithSeed(seed.Sum64())))
+	// The gateway knows the traits of the types it does not serve, as
+	// node start's does.
+	disp, err := dispatch.New(cfg, n, local, dispatch.WithLogger(testLogger()),
+		dispatch.WithSelectionOptions(selection.WithSeed(seed.Sum64())),
+		dispatch.WithCatalog(workers.Catalog{jsonrpc.Type: jsonrpc.Traits, httpwork.Type: httpwork.Traits}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	m := &member{name: spec.name, node: n, pool: pool, server: server, disp: disp, cancel: cancel, done: make(chan struct{}), hits: hits}
+	m := &member{name: spec.name, node: n, pool: local, server: server, disp: disp, cancel: cancel, done: make(chan struct{}), hits: hits}
 	go func() { defer close(m.done); _ = disp.Run(ctx) }()
 	t.Cleanup(m.stop)
 	return m
@@ -222,7 +230,7 @@ func waitRanked(t testing.TB, gw *member, workType string, n int) {
 }
 
 // submit dispatches one request through the gateway.
-func (m *member) submit(t testing.TB, req workers.WorkRequest) workers.WorkResult {
+func (m *member) submit(t testing.TB, req dispatch.WorkRequest) dispatch.WorkResult {
 	t.Helper()
 	if req.Timeout == 0 {
 		req.Timeout = 5 * time.Second
@@ -232,7 +240,7 @@ func (m *member) submit(t testing.TB, req workers.WorkRequest) workers.WorkResul
 
 // peerName maps peer IDs in results back to member names.
 func peerName(ms ...*member) func(string) string {
-	names := map[string]string{workers.LocalWorker: workers.LocalWorker}
+	names := map[string]string{dispatch.LocalWorker: dispatch.LocalWorker}
 	for _, m := range ms {
 		names[m.node.ID().String()] = m.name
 	}
@@ -244,7 +252,7 @@ func peerName(ms ...*member) func(string) string {
 	}
 }
 
-func describe(res workers.WorkResult, name func(string) string) string {
+func describe(res dispatch.WorkResult, name func(string) string) string {
 	s := fmt.Sprintf("status %s worker %s after %s error %q attempts:", res.Status, name(res.Worker), res.Duration.Round(time.Millisecond), res.Error)
 	for _, a := range res.Attempts {
 		s += fmt.Sprintf(" [%s %s %.0fms %s]", name(a.Peer), a.Outcome, a.DurationMS, a.Error)

@@ -18,6 +18,8 @@ import (
 
 	"github.com/workmesh/workmesh/config"
 	"github.com/workmesh/workmesh/workers"
+	"github.com/workmesh/workmesh/workers/api"
+	"github.com/workmesh/workmesh/workers/jsonrpc"
 )
 
 // chainUpstream is a fake Ethereum JSON-RPC node on loopback. It counts
@@ -163,17 +165,17 @@ func (u *chainUpstream) serve(w http.ResponseWriter, r *http.Request) {
 func jsonrpcSpec(t testing.TB, name string, labels []string, u *chainUpstream, cfg func(*config.Config)) memberSpec {
 	t.Helper()
 	return memberSpec{name: name, labels: labels, cfg: cfg, handlers: map[string]workers.Handler{
-		workers.JSONRPCType: startJSONRPC(t, u, ""),
+		jsonrpc.Type: startJSONRPC(t, u, ""),
 	}}
 }
 
 // startJSONRPC starts the jsonrpc work type in front of u, with its head
 // poller, stopped at cleanup.
-func startJSONRPC(t testing.TB, u *chainUpstream, chainID string) *workers.JSONRPC {
+func startJSONRPC(t testing.TB, u *chainUpstream, chainID string) *jsonrpc.Relay {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	j, err := workers.NewJSONRPC(ctx, config.JSONRPCConfig{Upstream: u.srv.URL, ChainID: chainID, HeadInterval: 50 * time.Millisecond}, testLogger())
+	j, err := jsonrpc.New(ctx, config.JSONRPCConfig{Upstream: u.srv.URL, ChainID: chainID, HeadInterval: 50 * time.Millisecond}, testLogger())
 	if err != nil {
 		t.Fatalf("jsonrpc for %s: %v", u.name, err)
 	}
@@ -187,13 +189,13 @@ func startJSONRPC(t testing.TB, u *chainUpstream, chainID string) *workers.JSONR
 // and returns its URL.
 func rpcEndpointOf(t testing.TB, m *member) string {
 	t.Helper()
-	h, err := workers.NewRPCHandler(m.disp.Dispatch, workers.WithRPCTimeout(5*time.Second), workers.WithRPCLogger(testLogger()))
+	h, err := api.NewRPC(m.disp.Dispatch, api.WithTimeout(5*time.Second), api.WithLogger(testLogger()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
-	return srv.URL + workers.RPCPath
+	return srv.URL + api.RPCPath
 }
 
 // rpcReply is a JSON-RPC response as a client reads it.

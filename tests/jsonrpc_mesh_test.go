@@ -11,7 +11,7 @@ import (
 	"github.com/workmesh/workmesh/config"
 	"github.com/workmesh/workmesh/selection"
 	"github.com/workmesh/workmesh/tests/testkit"
-	"github.com/workmesh/workmesh/workers"
+	"github.com/workmesh/workmesh/workers/jsonrpc"
 )
 
 // rpcMesh starts a gateway serving jsonrpc from its own upstream ("local",
@@ -29,7 +29,7 @@ func rpcMesh(t *testing.T, gwCfg func(*config.Config), full, archive func(*chain
 		u := newChainUpstream(t, m.name, hits, m.setup)
 		startMember(t, hits, jsonrpcSpec(t, m.name, []string{m.label}, u, nil), gw)
 	}
-	waitRanked(t, gw, workers.JSONRPCType, 4)
+	waitRanked(t, gw, jsonrpc.Type, 4)
 	return rpcEndpointOf(t, gw), gw, hits
 }
 
@@ -148,7 +148,7 @@ func TestJSONRPC_GreyUpstreamStopsGettingWork(t *testing.T) {
 	grey := newChainUpstream(t, "grey", hits, func(u *chainUpstream) { u.delay = 4 * time.Millisecond; u.failEvery = 2 })
 	startMember(t, hits, jsonrpcSpec(t, "good", nil, good, nil), gw)
 	startMember(t, hits, jsonrpcSpec(t, "grey", nil, grey, nil), gw)
-	waitRanked(t, gw, workers.JSONRPCType, 2)
+	waitRanked(t, gw, jsonrpc.Type, 2)
 	url := rpcEndpointOf(t, gw)
 	sel := gw.disp.Selector()
 
@@ -185,7 +185,7 @@ func TestJSONRPC_GreyUpstreamEjectedByLiveness(t *testing.T) {
 	grey := newChainUpstream(t, "grey", hits, nil)
 	startMember(t, hits, jsonrpcSpec(t, "good", nil, good, nil), gw)
 	greyNode := startMember(t, hits, jsonrpcSpec(t, "grey", nil, grey, nil), gw)
-	waitRanked(t, gw, workers.JSONRPCType, 2)
+	waitRanked(t, gw, jsonrpc.Type, 2)
 	live := gw.disp.Selector().Liveness()
 	id := string(greyNode.node.ID())
 	if st := live.State(id); st != selection.StateAlive {
@@ -235,7 +235,7 @@ func TestJSONRPC_ReadsHedgedWritesNot(t *testing.T) {
 	fast := newChainUpstream(t, "fast", hits, nil)
 	startMember(t, hits, jsonrpcSpec(t, "slow", []string{"slow"}, slow, nil), gw)
 	startMember(t, hits, jsonrpcSpec(t, "fast", []string{"fast"}, fast, nil), gw)
-	waitRanked(t, gw, workers.JSONRPCType, 2)
+	waitRanked(t, gw, jsonrpc.Type, 2)
 	url := rpcEndpointOf(t, gw)
 
 	for i := range 3 {
@@ -271,15 +271,15 @@ func TestJSONRPC_ChainIDMismatchRefusedAtStart(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	for _, want := range []string{"1337", "0x539"} {
-		_, err := workers.NewJSONRPC(ctx, config.JSONRPCConfig{Upstream: u.srv.URL, ChainID: want, HeadInterval: time.Second}, testLogger())
-		if !errors.Is(err, workers.ErrChainIDMismatch) {
+		_, err := jsonrpc.New(ctx, config.JSONRPCConfig{Upstream: u.srv.URL, ChainID: want, HeadInterval: time.Second}, testLogger())
+		if !errors.Is(err, jsonrpc.ErrChainIDMismatch) {
 			t.Fatalf("chain ID %s against an upstream on 5: %v; want ErrChainIDMismatch", want, err)
 		}
 	}
 	if n := u.polls.Load(); n != 2 || hits.total() != 0 {
 		t.Fatalf("upstream saw %d polls and %d relayed requests; want only the two chain ID checks", n, hits.total())
 	}
-	j, err := workers.NewJSONRPC(ctx, config.JSONRPCConfig{Upstream: u.srv.URL, ChainID: "5", HeadInterval: time.Second}, testLogger())
+	j, err := jsonrpc.New(ctx, config.JSONRPCConfig{Upstream: u.srv.URL, ChainID: "5", HeadInterval: time.Second}, testLogger())
 	if err != nil {
 		t.Fatalf("matching chain ID refused: %v", err)
 	}

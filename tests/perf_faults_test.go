@@ -12,7 +12,9 @@ import (
 	"time"
 
 	"github.com/workmesh/workmesh/config"
+	"github.com/workmesh/workmesh/node/apiv1"
 	"github.com/workmesh/workmesh/workers"
+	"github.com/workmesh/workmesh/workers/dispatch"
 )
 
 // faultSettings are the gateways' settings in the fault figures: the
@@ -58,7 +60,7 @@ func startGatewayPair(b *testing.B, n int, handler func(i int) workers.Handler) 
 // outcome is one request's end as a caller saw it.
 type outcome struct {
 	took time.Duration
-	res  workers.WorkResult
+	res  dispatch.WorkResult
 }
 
 // openLoop sends a request from each gateway every interval (both at the
@@ -66,7 +68,7 @@ type outcome struct {
 // waiting for answers: a slow answer does not slow the arrivals, so the
 // latencies include the queueing a stalled worker causes. It returns the
 // outcomes per gateway once every request has ended.
-func openLoop(gws []*member, count int, interval, limit time.Duration, req workers.WorkRequest) [][]outcome {
+func openLoop(gws []*member, count int, interval, limit time.Duration, req dispatch.WorkRequest) [][]outcome {
 	out := make([][]outcome, len(gws))
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -92,7 +94,7 @@ func openLoop(gws []*member, count int, interval, limit time.Duration, req worke
 
 // closedLoopGateways runs callers concurrent callers per gateway, every
 // gateway at once, until each gateway sent count requests or limit passed.
-func closedLoopGateways(gws []*member, callers, count int, limit time.Duration, req workers.WorkRequest) [][]outcome {
+func closedLoopGateways(gws []*member, callers, count int, limit time.Duration, req dispatch.WorkRequest) [][]outcome {
 	out := make([][]outcome, len(gws))
 	var wg sync.WaitGroup
 	deadline := time.Now().Add(limit)
@@ -126,7 +128,7 @@ func latencies(outs []outcome) []time.Duration {
 func failures(outs []outcome) int {
 	n := 0
 	for _, o := range outs {
-		if o.res.Status != workers.StatusOK {
+		if o.res.Status != apiv1.StatusOK {
 			n++
 		}
 	}
@@ -168,7 +170,7 @@ func benchDeadWorkers(b *testing.B, pick func(ranked []int) []int) {
 	)
 	p := startGatewayPair(b, workersN, func(int) workers.Handler { return echoHandler() })
 	gws := []*member{p.rating, p.rr}
-	req := workers.WorkRequest{Type: "echo", Payload: bytes.Repeat([]byte("x"), 256), Timeout: 5 * time.Second}
+	req := dispatch.WorkRequest{Type: "echo", Payload: bytes.Repeat([]byte("x"), 256), Timeout: 5 * time.Second}
 	// Warm-up: every worker rated by the rating gateway, every worker
 	// visited by the round-robin one.
 	closedLoopGateways(gws, 4, 300, 20*time.Second, req)
@@ -250,7 +252,7 @@ func BenchmarkPerfFlakyWorkerShare(b *testing.B) {
 	})
 	flakyID := p.workers[0].node.ID().String()
 	gws := []*member{p.rating, p.rr}
-	req := workers.WorkRequest{Type: "echo", Payload: bytes.Repeat([]byte("x"), 256), Timeout: 5 * time.Second}
+	req := dispatch.WorkRequest{Type: "echo", Payload: bytes.Repeat([]byte("x"), 256), Timeout: 5 * time.Second}
 	closedLoopGateways(gws, 4, 300, 30*time.Second, req)
 	var out [][]outcome
 	for b.Loop() {
@@ -260,7 +262,7 @@ func BenchmarkPerfFlakyWorkerShare(b *testing.B) {
 	for g, outs := range out {
 		reached := 0
 		for _, o := range outs {
-			if slices.ContainsFunc(o.res.Attempts, func(a workers.Attempt) bool { return a.Peer == flakyID }) {
+			if slices.ContainsFunc(o.res.Attempts, func(a apiv1.Attempt) bool { return a.Peer == flakyID }) {
 				reached++
 			}
 		}

@@ -18,6 +18,8 @@ import (
 	"github.com/workmesh/workmesh/config"
 	"github.com/workmesh/workmesh/node"
 	"github.com/workmesh/workmesh/workers"
+	"github.com/workmesh/workmesh/workers/pool"
+	"github.com/workmesh/workmesh/workers/protocol"
 )
 
 // The perf benchmarks (BenchmarkPerf*) each measure one figure of issue 6
@@ -178,16 +180,16 @@ func startWorker(tb testing.TB, name string, handlers map[string]workers.Handler
 	if boot != nil {
 		cfg.Node.Bootstrap = addrStrings(boot.node)
 	}
-	pool, err := workers.NewPool(reg, cfg.Worker, testLogger())
+	local, err := pool.New(reg, cfg.Worker, testLogger())
 	if err != nil {
 		tb.Fatal(err)
 	}
-	n := startNode(tb, cfg.Node, append([]node.Option{node.WithLocalState(workers.NewLocalState(pool))}, opts...)...)
-	server, err := workers.NewServer(n.Host(), n.Network(), pool, workers.WithServerLogger(testLogger()))
+	n := startNode(tb, cfg.Node, append([]node.Option{node.WithLocalState(pool.NewLocalState(local))}, opts...)...)
+	server, err := protocol.NewServer(n.Host(), n.Network(), local, protocol.WithLogger(testLogger()))
 	if err != nil {
 		tb.Fatal(err)
 	}
-	m := &member{name: name, node: n, pool: pool, server: server, cancel: func() {}, done: make(chan struct{})}
+	m := &member{name: name, node: n, pool: local, server: server, cancel: func() {}, done: make(chan struct{})}
 	close(m.done) // no dispatcher to wait for
 	tb.Cleanup(m.stop)
 	return m

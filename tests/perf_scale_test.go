@@ -21,8 +21,10 @@ import (
 
 	"github.com/workmesh/workmesh/config"
 	"github.com/workmesh/workmesh/node"
+	"github.com/workmesh/workmesh/node/apiv1"
 	"github.com/workmesh/workmesh/selection"
 	"github.com/workmesh/workmesh/workers"
+	"github.com/workmesh/workmesh/workers/dispatch"
 )
 
 // cpuTime returns the CPU time the process has used so far.
@@ -144,7 +146,7 @@ func scaleAnnounce(tb testing.TB) time.Duration {
 // BenchmarkPerfScale is the scaling run of issue 6: networks of 50, 100 and
 // 200 workmesh nodes on go-libp2p's in-memory mock network (mocknet), all
 // in this one process, 20 of them dispatching concurrently (one caller
-// each, closed loop, echo through workers.Dispatcher with real selection,
+// each, closed loop, echo through dispatch.Dispatcher with real selection,
 // shipped dispatch settings) to the others, which only serve. Every node
 // runs the whole node (DHT, gossip, peer table, health, work protocol) on a
 // mocknet host handed to node.New with node.WithHost. The topology is
@@ -264,18 +266,18 @@ wait:
 	background := idleCores(b, 40*time.Second)
 	settled := time.Since(start)
 
-	req := workers.WorkRequest{Type: "echo", Payload: bytes.Repeat([]byte("x"), 256), Timeout: 5 * time.Second}
+	req := dispatch.WorkRequest{Type: "echo", Payload: bytes.Repeat([]byte("x"), 256), Timeout: 5 * time.Second}
 	var res phaseResult
 	for b.Loop() {
 		var (
 			mu      sync.Mutex
 			failed  int
-			slowest workers.WorkResult
+			slowest dispatch.WorkResult
 		)
 		// Caller i dispatches through gateway i.
 		res = closedLoop(scaleDispatchers, count, limit, func(ctx context.Context, i int) error {
 			r := gws[i].disp.Dispatch(ctx, req)
-			if r.Status != workers.StatusOK || r.Worker == workers.LocalWorker {
+			if r.Status != apiv1.StatusOK || r.Worker == dispatch.LocalWorker {
 				mu.Lock()
 				failed++
 				if r.Duration >= slowest.Duration {

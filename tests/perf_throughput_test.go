@@ -10,7 +10,9 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/peer"
 
+	"github.com/workmesh/workmesh/node/apiv1"
 	"github.com/workmesh/workmesh/workers"
+	"github.com/workmesh/workmesh/workers/dispatch"
 )
 
 // BenchmarkPerfThroughputVsBareStream measures requests per second with one
@@ -51,8 +53,8 @@ func BenchmarkPerfThroughputVsBareStream(b *testing.B) {
 		return bareEcho(ctx, gw.node.Host(), ids[turn.Add(1)%uint64(len(ids))], payload)
 	}
 	dispatch := func(ctx context.Context, _ int) error {
-		res := gw.disp.Dispatch(ctx, workers.WorkRequest{Type: "echo", Payload: payload, Timeout: 5 * time.Second})
-		if res.Status != workers.StatusOK || res.Worker == workers.LocalWorker || len(res.Output) != len(payload) {
+		res := gw.disp.Dispatch(ctx, dispatch.WorkRequest{Type: "echo", Payload: payload, Timeout: 5 * time.Second})
+		if res.Status != apiv1.StatusOK || res.Worker == dispatch.LocalWorker || len(res.Output) != len(payload) {
 			return fmt.Errorf("%w: %s", errDispatch, describe(res, peerName(append(ws, gw)...)))
 		}
 		return nil

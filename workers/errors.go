@@ -10,33 +10,11 @@ var (
 	ErrInvalidType = errors.New("invalid work type name")
 	// ErrDuplicateType means a handler is already registered under the name.
 	ErrDuplicateType = errors.New("work type already registered")
-	// ErrPoolClosed means the local worker pool was closed; work that was
-	// queued or submitted afterwards did not run.
-	ErrPoolClosed = errors.New("local worker closed")
-
-	// ErrFrameTooLarge means a wire message claims, or would need, more
-	// bytes than the limit. It is checked before anything is allocated.
-	ErrFrameTooLarge = errors.New("message too large")
-	// ErrPayloadTooLarge means a request payload or a response output is
-	// larger than the configured maximum payload.
-	ErrPayloadTooLarge = errors.New("payload too large")
-	// ErrTruncated means the stream ended in the middle of a message.
-	ErrTruncated = errors.New("message truncated")
-	// ErrMalformed means a message is not a valid work-protocol message:
-	// an unknown kind, a bad length, a field over its limit, a response to
-	// another request.
-	ErrMalformed = errors.New("malformed message")
-	// ErrUnknownOutcome means a response carries an outcome this version
-	// does not know.
+	// ErrUnknownOutcome means an outcome this version does not know (on the
+	// wire, or in text).
 	ErrUnknownOutcome = errors.New("unknown outcome")
-
-	// ErrAcceptTimeout means the remote worker sent nothing (neither an
-	// accept frame nor the response) within the request's AcceptTimeout.
-	ErrAcceptTimeout = errors.New("remote worker did not accept the work in time")
-	// ErrClientGone is the cause of a served request's context when the
-	// requesting peer reset the stream or its connection went away.
-	ErrClientGone = errors.New("requesting peer went away")
-	// ErrServerClosed is the cause of a served request's context when the
-	// work protocol server is closed.
-	ErrServerClosed = errors.New("work protocol server closed")
+	// ErrDropped, as the cause of a request's context, means the request
+	// is to be dropped without an answer: the work server resets its
+	// stream (fault injection drops work this way).
+	ErrDropped = errors.New("dropped")
 )

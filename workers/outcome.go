@@ -37,11 +37,12 @@ const (
 	// check said no). Like Unsupported it is final for this worker only.
 	Denied
 
-	// numOutcomes is one past the last outcome; keep it last.
-	numOutcomes
+	// NumOutcomes is one past the last outcome; keep it last. Arrays
+	// indexed by outcome have this length.
+	NumOutcomes
 )
 
-var outcomeNames = [numOutcomes]string{
+var outcomeNames = [NumOutcomes]string{
 	Success:        "success",
 	Empty:          "empty",
 	RetryableError: "retryable-error",
@@ -60,7 +61,7 @@ func (o Outcome) String() string {
 }
 
 // Valid reports whether o is one of the defined outcomes.
-func (o Outcome) Valid() bool { return o > 0 && o < numOutcomes }
+func (o Outcome) Valid() bool { return o > 0 && o < NumOutcomes }
 
 // MarshalText encodes the outcome by name, so JSON carries "busy", not 5.
 func (o Outcome) MarshalText() ([]byte, error) {
@@ -72,7 +73,7 @@ func (o Outcome) MarshalText() ([]byte, error) {
 
 // UnmarshalText decodes an outcome from its name.
 func (o *Outcome) UnmarshalText(b []byte) error {
-	for i := Outcome(1); i < numOutcomes; i++ {
+	for i := Outcome(1); i < NumOutcomes; i++ {
 		if outcomeNames[i] == string(b) {
 			*o = i
 			return nil
@@ -93,6 +94,16 @@ type Result struct {
 	Error string
 }
 
+// Limits of a result, as the work protocol carries it.
+const (
+	// MaxErrorLen is the longest error message of a result, in bytes;
+	// longer messages are cut (at a rune boundary) when encoded.
+	MaxErrorLen = 4096
+	// DefaultMaxPayload is the default limit on a request payload and a
+	// result's output: 1 MiB.
+	DefaultMaxPayload = 1 << 20
+)
+
 // OK returns a Success result carrying out.
 func OK(out []byte) Result { return Result{Outcome: Success, Output: out} }
 
@@ -102,9 +113,9 @@ func Fail(o Outcome, format string, args ...any) Result {
 	return Result{Outcome: o, Error: fmt.Sprintf(format, args...)}
 }
 
-// truncateUTF8 shortens s to at most n bytes without splitting a rune, so
-// a message cut to fit the wire limit is still valid text.
-func truncateUTF8(s string, n int) string {
+// Truncate shortens s to at most n bytes without splitting a rune, so a
+// message cut to fit the wire limit is still valid text.
+func Truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}

@@ -16,7 +16,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/workmesh/workmesh/workers"
+	"github.com/workmesh/workmesh/node/apiv1"
 )
 
 // Bounds of a batch.
@@ -26,7 +26,7 @@ const (
 	maxBatchConcurrency = 256
 	// maxBatchLine bounds one line of a batch file: the most the API takes
 	// as a body.
-	maxBatchLine = workers.DefaultAPIMaxBody
+	maxBatchLine = apiv1.DefaultMaxBody
 	// maxListedLines bounds the line numbers an error lists.
 	maxListedLines = 10
 )
@@ -47,13 +47,13 @@ type batchResult struct {
 	Line   int    `json:"line"`
 	Status string `json:"status"`
 	Error  string `json:"error,omitempty"`
-	*workers.APIResponse
+	*apiv1.WorkResponse
 }
 
 // batchJob is one line of the batch file, parsed.
 type batchJob struct {
 	line int
-	req  workers.APIRequest
+	req  apiv1.WorkRequest
 	err  error // the line is invalid
 }
 
@@ -238,8 +238,8 @@ func countLines(r io.Reader) (int, error) {
 
 // parseBatchLine decodes one line into a request, filling what it leaves
 // out from the command's flags. Unknown fields are errors naming them.
-func parseBatchLine(line []byte, o submitOptions) (workers.APIRequest, error) {
-	var req workers.APIRequest
+func parseBatchLine(line []byte, o submitOptions) (apiv1.WorkRequest, error) {
+	var req apiv1.WorkRequest
 	dec := json.NewDecoder(bytes.NewReader(line))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
@@ -288,7 +288,7 @@ func runBatchJob(ctx context.Context, api string, j batchJob) batchResult {
 		return batchResult{Line: j.line, Status: batchError, Error: err.Error()}
 	}
 	resp := ans.resp
-	return batchResult{Line: j.line, Status: string(resp.Status), Error: resp.Error, APIResponse: &resp}
+	return batchResult{Line: j.line, Status: string(resp.Status), Error: resp.Error, WorkResponse: &resp}
 }
 
 // batchSummary collects how a batch went.
@@ -310,10 +310,10 @@ func newBatchSummary() *batchSummary {
 func (s *batchSummary) add(r batchResult) {
 	s.done++
 	s.byStatus[r.Status]++
-	if r.APIResponse != nil {
+	if r.WorkResponse != nil {
 		s.latencies = append(s.latencies, r.DurationMS)
 	}
-	if r.Status == string(workers.StatusOK) || r.Status == string(workers.StatusEmpty) {
+	if r.Status == string(apiv1.StatusOK) || r.Status == string(apiv1.StatusEmpty) {
 		s.ok++
 		s.byWorker[r.Worker]++
 		return
@@ -357,7 +357,7 @@ func (s *batchSummary) print(w io.Writer, total int, interrupted bool) {
 		}
 		head += " (" + strings.Join(parts, ", ") + ")"
 	}
-	if n := s.byStatus[string(workers.StatusEmpty)]; n > 0 {
+	if n := s.byStatus[string(apiv1.StatusEmpty)]; n > 0 {
 		head += fmt.Sprintf("; %d of the ok were empty", n)
 	}
 	fmt.Fprintln(w, head)

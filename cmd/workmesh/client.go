@@ -16,7 +16,8 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/workmesh/workmesh/config"
-	"github.com/workmesh/workmesh/workers"
+	"github.com/workmesh/workmesh/node/apiv1"
+	"github.com/workmesh/workmesh/workers/builtin"
 )
 
 // apiTokenEnv names the environment variable whose value the client
@@ -84,7 +85,7 @@ func apiGet(ctx context.Context, api, path string, out any) error {
 	}
 	if resp.StatusCode != http.StatusOK {
 		msg := strings.TrimSpace(string(body))
-		var apiErr workers.APIError
+		var apiErr apiv1.Error
 		if json.Unmarshal(body, &apiErr) == nil && apiErr.Error != "" {
 			msg = apiErr.Error
 		}
@@ -168,5 +169,5 @@ func completeOutputs(formats ...string) func(*cobra.Command, []string, string) (
 
 // completeWorkTypes completes --type with the built-in work types.
 func completeWorkTypes(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
-	return workers.BuiltinTypes(), cobra.ShellCompDirectiveNoFileComp
+	return builtin.Types(), cobra.ShellCompDirectiveNoFileComp
 }

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/workmesh/workmesh/config"
+	"github.com/workmesh/workmesh/node/apiv1"
 	"github.com/workmesh/workmesh/selection"
-	"github.com/workmesh/workmesh/workers"
 )
 
 // demoEjectTimeout bounds the wait for the gateway's liveness to mark the
@@ -94,7 +94,7 @@ func (d *demo) section(title string) {
 
 // submit posts one request as `workmesh submit --output text` would and
 // prints the command, the result and the summary line.
-func (d *demo) submit(ctx context.Context, workType, payload string, timeout time.Duration) (workers.APIResponse, error) {
+func (d *demo) submit(ctx context.Context, workType, payload string, timeout time.Duration) (apiv1.WorkResponse, error) {
 	line := "$ workmesh submit"
 	if d.api != config.Defaults().Node.API {
 		line += " --api " + d.api
@@ -104,16 +104,16 @@ func (d *demo) submit(ctx context.Context, workType, payload string, timeout tim
 		line += " --timeout " + timeout.String()
 	}
 	fmt.Fprintln(d.w, line)
-	req := workers.APIRequest{Type: workType, Payload: &payload}
+	req := apiv1.WorkRequest{Type: workType, Payload: &payload}
 	if timeout > 0 {
 		req.Timeout = timeout.String()
 	}
 	ans, err := postWork(ctx, d.api, req, timeout)
 	if err != nil {
-		return workers.APIResponse{}, fmt.Errorf("demo: submit %s: %w", workType, err)
+		return apiv1.WorkResponse{}, fmt.Errorf("demo: submit %s: %w", workType, err)
 	}
 	r := ans.resp
-	if r.Status == workers.StatusOK {
+	if r.Status == apiv1.StatusOK {
 		if err := writeResult(d.w, r); err != nil {
 			return r, err
 		}

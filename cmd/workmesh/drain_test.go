@@ -12,8 +12,11 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/workmesh/workmesh/config"
+	"github.com/workmesh/workmesh/node/apiv1"
 	"github.com/workmesh/workmesh/tests/testkit"
 	"github.com/workmesh/workmesh/workers"
+	"github.com/workmesh/workmesh/workers/dispatch"
+	"github.com/workmesh/workmesh/workers/protocol"
 )
 
 // startTestStack starts a whole node on loopback, serving workTypes, with
@@ -48,7 +51,7 @@ func TestStackDrainServesThroughTheGrace(t *testing.T) {
 	if err := p.node.Host().Connect(ctx, peer.AddrInfo{ID: s.node.ID(), Addrs: s.node.Host().Addrs()}); err != nil {
 		t.Fatal(err)
 	}
-	client, err := workers.NewClient(p.node.Host(), cfg.Node.Network)
+	client, err := protocol.NewClient(p.node.Host(), cfg.Node.Network)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,14 +65,14 @@ func TestStackDrainServesThroughTheGrace(t *testing.T) {
 	}()
 	// At once, the record advertises no work type and the node's own API
 	// refuses work (neither has an event of its own to wait on).
-	for len(s.node.NodeData().Data.WorkTypes) != 0 || s.dispatch(ctx, workers.WorkRequest{Type: "echo", Payload: []byte("x")}).Error != workers.ErrShuttingDown {
+	for len(s.node.NodeData().Data.WorkTypes) != 0 || s.dispatch(ctx, dispatch.WorkRequest{Type: "echo", Payload: []byte("x")}).Error != workers.ErrShuttingDown {
 		select {
 		case took := <-drained:
 			t.Fatalf("drain returned after %s with work types advertised or API work taken", took)
 		case <-time.After(time.Millisecond):
 		}
 	}
-	resp, err := client.Do(ctx, s.node.ID(), workers.Request{ID: "late", Type: "echo", Payload: []byte("late"), Timeout: 5 * time.Second})
+	resp, err := client.Do(ctx, s.node.ID(), protocol.Request{ID: "late", Type: "echo", Payload: []byte("late"), Timeout: 5 * time.Second})
 	if err != nil || resp.Outcome != workers.Success || string(resp.Output) != "late" {
 		t.Errorf("a peer's request during the grace: %+v %v, want it served", resp, err)
 	}
@@ -85,9 +88,9 @@ func TestStackStopSaysWhyItCutARequest(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	s, _ := startTestStack(t, ctx, "sleep")
-	res := make(chan workers.WorkResult, 1)
+	res := make(chan dispatch.WorkResult, 1)
 	go func() {
-		res <- s.dispatch(ctx, workers.WorkRequest{Type: "sleep", Payload: []byte("20s"), Timeout: 25 * time.Second})
+		res <- s.dispatch(ctx, dispatch.WorkRequest{Type: "sleep", Payload: []byte("20s"), Timeout: 25 * time.Second})
 	}()
 	// The dispatch has no event of its own: poll for it.
 	testkit.WaitFor(t, 10*time.Second, "the sleep request in flight", func() error {
@@ -102,7 +105,7 @@ func TestStackStopSaysWhyItCutARequest(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := <-res
-	if r.Status != workers.StatusTimeout || !strings.Contains(r.Error, "the node stopped (drain-timeout 50ms passed) before the request ended") {
+	if r.Status != apiv1.StatusTimeout || !strings.Contains(r.Error, "the node stopped (drain-timeout 50ms passed) before the request ended") {
 		t.Errorf("the cut request: %+v, want a timeout saying the node stopped", r)
 	}
 }

@@ -14,24 +14,36 @@ import (
 	"github.com/workmesh/workmesh/config"
 	"github.com/workmesh/workmesh/node"
 	"github.com/workmesh/workmesh/workers"
+	"github.com/workmesh/workmesh/workers/builtin"
+	"github.com/workmesh/workmesh/workers/httpwork"
+	"github.com/workmesh/workmesh/workers/jsonrpc"
 )
 
 // extraTypes holds the work types that need settings of their own: http
 // (served when work-types lists it) and jsonrpc (served when
 // jsonrpc-upstream is set). The stack owns them and their head poller.
 type extraTypes struct {
-	http    *workers.HTTPHandler
-	jsonrpc *workers.JSONRPC
+	http    *httpwork.Handler
+	jsonrpc *jsonrpc.Relay
 	// announce is called when the jsonrpc head moves, so peers see the new
 	// head without waiting for the next announce-interval.
 	announce atomic.Pointer[func()]
+}
+
+// knownTypes are the traits of every work type this binary has, served
+// here or not: the dispatcher hedges only what a type declares idempotent.
+func knownTypes() workers.Catalog {
+	c := builtin.Catalog()
+	c[httpwork.Type] = httpwork.Traits
+	c[jsonrpc.Type] = jsonrpc.Traits
+	return c
 }
 
 // builtinTypes returns the work types of list that are built in.
 func builtinTypes(list []string) []string {
 	out := make([]string, 0, len(list))
 	for _, t := range list {
-		if t != workers.HTTPType && t != workers.JSONRPCType {
+		if t != httpwork.Type && t != jsonrpc.Type {
 			out = append(out, t)
 		}
 	}
@@ -43,8 +55,8 @@ func builtinTypes(list []string) []string {
 // another chain than jsonrpc-chain-id, stops the start.
 func newExtraTypes(ctx context.Context, cfg config.Config, log *logrus.Logger) (*extraTypes, error) {
 	e := &extraTypes{}
-	if slices.Contains(cfg.Node.WorkTypes, workers.HTTPType) {
-		h, err := workers.NewHTTPHandler(cfg.HTTP)
+	if slices.Contains(cfg.Node.WorkTypes, httpwork.Type) {
+		h, err := httpwork.New(cfg.HTTP)
 		if err != nil {
 			return nil, usageError{fmt.Errorf("work type http: %w", err)}
 		}
@@ -52,7 +64,7 @@ func newExtraTypes(ctx context.Context, cfg config.Config, log *logrus.Logger) (
 	}
 	switch {
 	case cfg.JSONRPC.Upstream != "":
-		j, err := workers.NewJSONRPC(ctx, cfg.JSONRPC, log, workers.WithHeadChange(func(uint64) {
+		j, err := jsonrpc.New(ctx, cfg.JSONRPC, log, jsonrpc.WithHeadChange(func(uint64) {
 			if f := e.announce.Load(); f != nil {
 				(*f)()
 			}
@@ -62,7 +74,7 @@ func newExtraTypes(ctx context.Context, cfg config.Config, log *logrus.Logger) (
 			return nil, fmt.Errorf("work type jsonrpc: %w", err)
 		}
 		e.jsonrpc = j
-	case slices.Contains(cfg.Node.WorkTypes, workers.JSONRPCType):
+	case slices.Contains(cfg.Node.WorkTypes, jsonrpc.Type):
 		e.close()
 		return nil, usageError{fmt.Errorf("work type jsonrpc needs --jsonrpc-upstream")}
 	}
@@ -97,13 +109,13 @@ func (e *extraTypes) protectOwnPorts(n *node.Node) {
 // newRegistry returns a registry of the built-in types work-types lists
 // (all of them when it lists none at all) and the extra types e holds.
 func (e *extraTypes) newRegistry(list []string) (*workers.Registry, error) {
-	builtin := builtinTypes(list)
+	builtins := builtinTypes(list)
 	var reg *workers.Registry
-	if len(list) > 0 && len(builtin) == 0 {
+	if len(list) > 0 && len(builtins) == 0 {
 		reg = workers.NewRegistry() // only extra types
 	} else {
 		var err error
-		if reg, err = workers.NewBuiltinRegistry(builtin...); err != nil {
+		if reg, err = builtin.NewRegistry(builtins...); err != nil {
 			return nil, err
 		}
 	}
@@ -116,12 +128,12 @@ func (e *extraTypes) newRegistry(list []string) (*workers.Registry, error) {
 // register adds the extra types to reg.
 func (e *extraTypes) register(reg *workers.Registry) error {
 	if e.http != nil {
-		if err := reg.Register(workers.HTTPType, e.http); err != nil {
+		if err := reg.Register(httpwork.Type, e.http); err != nil {
 			return err
 		}
 	}
 	if e.jsonrpc != nil {
-		if err := reg.Register(workers.JSONRPCType, e.jsonrpc); err != nil {
+		if err := reg.Register(jsonrpc.Type, e.jsonrpc); err != nil {
 			return err
 		}
 	}

@@ -17,7 +17,7 @@ import (
 
 	"github.com/workmesh/workmesh/config"
 	"github.com/workmesh/workmesh/node"
-	"github.com/workmesh/workmesh/workers"
+	"github.com/workmesh/workmesh/workers/builtin"
 )
 
 // shutdownTimeout bounds a clean shutdown after SIGINT or SIGTERM.
@@ -62,7 +62,7 @@ func newNodeStartCommand() *cobra.Command {
 			if _, err := node.ParseListen(cfg.Node.Listen); err != nil {
 				return usageError{err}
 			}
-			if _, err := workers.NewBuiltinRegistry(builtinTypes(cfg.Node.WorkTypes)...); err != nil {
+			if _, err := builtin.NewRegistry(builtinTypes(cfg.Node.WorkTypes)...); err != nil {
 				return usageError{fmt.Errorf("--work-types: %w", err)}
 			}
 			log, err := newLogger(cfg.Node.LogLevel, cfg.Node.LogFormat)

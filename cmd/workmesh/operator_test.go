@@ -15,7 +15,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/workmesh/workmesh/workers"
+	"github.com/workmesh/workmesh/node/apiv1"
+	"github.com/workmesh/workmesh/workers/api"
+	"github.com/workmesh/workmesh/workers/dispatch"
 )
 
 // batchNode is a work API whose dispatcher answers by work type and
@@ -30,7 +32,7 @@ type batchNode struct {
 func newBatchNode(t *testing.T) *batchNode {
 	t.Helper()
 	b := &batchNode{}
-	api, err := workers.NewAPI(func(_ context.Context, req workers.WorkRequest) workers.WorkResult {
+	api, err := api.NewWork(func(_ context.Context, req dispatch.WorkRequest) dispatch.WorkResult {
 		cur := b.inFlight.Add(1)
 		defer b.inFlight.Add(-1)
 		for {
@@ -47,10 +49,10 @@ func newBatchNode(t *testing.T) *batchNode {
 		worker := []string{"12D3KooWAAAAAAAApeerAAAA", "12D3KooWBBBBBBBBpeerBBBB"}[n%2]
 		switch req.Type {
 		case "boom":
-			return workers.WorkResult{Status: workers.StatusFailed, Worker: worker, Error: "boom", Duration: time.Millisecond}
+			return dispatch.WorkResult{Status: apiv1.StatusFailed, Worker: worker, Error: "boom", Duration: time.Millisecond}
 		}
-		return workers.WorkResult{Status: workers.StatusOK, Output: req.Payload, Worker: worker,
-			Attempts: []workers.Attempt{{Peer: worker, Outcome: "success"}}, Duration: time.Duration(n) * time.Millisecond}
+		return dispatch.WorkResult{Status: apiv1.StatusOK, Output: req.Payload, Worker: worker,
+			Attempts: []apiv1.Attempt{{Peer: worker, Outcome: "success"}}, Duration: time.Duration(n) * time.Millisecond}
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -222,9 +224,9 @@ func TestProgressRendering(t *testing.T) {
 func TestPeerTableRendering(t *testing.T) {
 	rtt := 0.42
 	now := time.Now()
-	peers := []workers.PeerStatus{
-		{State: "alive", Scores: []workers.TypeScore{{WorkType: "echo", Score: 0.9, Rated: true}, {WorkType: "sha256", Score: 0.5, Rated: true}}, RTTMS: &rtt},
-		{State: "unreachable", Scores: []workers.TypeScore{{WorkType: "sha256", Score: 0.3}}, RTTMS: &rtt, PollError: "timeout"},
+	peers := []apiv1.PeerStatus{
+		{State: "alive", Scores: []apiv1.TypeScore{{WorkType: "echo", Score: 0.9, Rated: true}, {WorkType: "sha256", Score: 0.5, Rated: true}}, RTTMS: &rtt},
+		{State: "unreachable", Scores: []apiv1.TypeScore{{WorkType: "sha256", Score: 0.3}}, RTTMS: &rtt, PollError: "timeout"},
 	}
 	peers[0].ID, peers[0].WorkTypes, peers[0].Labels, peers[0].LastSeen = "12D3KooWAAAAAAAApeerAAAA", []string{"sha256", "echo"}, []string{"full"}, now.Add(-3*time.Second)
 	peers[0].Heads = map[string]uint64{"sha256": 12}

@@ -17,8 +17,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-
-	"github.com/workmesh/workmesh/workers"
+	"github.com/workmesh/workmesh/node/apiv1"
 )
 
 // Bounds of `workmesh peers --watch --interval`.
@@ -85,9 +84,9 @@ func newPeersCommand() *cobra.Command {
 
 // fetchPeerStatus asks the node for its dispatcher's view of its peers; a
 // node without that view answers with its peer table alone.
-func fetchPeerStatus(ctx context.Context, api string) ([]workers.PeerStatus, error) {
-	var peers []workers.PeerStatus
-	err := apiGet(ctx, api, workers.PeerStatusPath, &peers)
+func fetchPeerStatus(ctx context.Context, api string) ([]apiv1.PeerStatus, error) {
+	var peers []apiv1.PeerStatus
+	err := apiGet(ctx, api, apiv1.PeerStatusPath, &peers)
 	if errors.Is(err, errAPINotFound) {
 		err = apiGet(ctx, api, "/v1/peers", &peers)
 	}
@@ -151,13 +150,13 @@ func watchPeers(ctx context.Context, out, errOut io.Writer, o peersOptions) erro
 }
 
 // printPeers prints the peers in o's format.
-func printPeers(w io.Writer, o peersOptions, peers []workers.PeerStatus, now time.Time) error {
+func printPeers(w io.Writer, o peersOptions, peers []apiv1.PeerStatus, now time.Time) error {
 	if o.workType != "" {
-		peers = slices.DeleteFunc(slices.Clone(peers), func(p workers.PeerStatus) bool { return !slices.Contains(p.WorkTypes, o.workType) })
+		peers = slices.DeleteFunc(slices.Clone(peers), func(p apiv1.PeerStatus) bool { return !slices.Contains(p.WorkTypes, o.workType) })
 	}
 	if o.output != "table" {
 		if peers == nil {
-			peers = []workers.PeerStatus{}
+			peers = []apiv1.PeerStatus{}
 		}
 		return writeData(w, o.output, peers)
 	}
@@ -166,7 +165,7 @@ func printPeers(w io.Writer, o peersOptions, peers []workers.PeerStatus, now tim
 
 // printPeerTable prints one line per peer, with a headline counting them
 // by state.
-func printPeerTable(w io.Writer, peers []workers.PeerStatus, workType string, wide bool, now time.Time) error {
+func printPeerTable(w io.Writer, peers []apiv1.PeerStatus, workType string, wide bool, now time.Time) error {
 	if len(peers) == 0 {
 		what := "no peers known"
 		if workType != "" {
@@ -229,7 +228,7 @@ func printPeerTable(w io.Writer, peers []workers.PeerStatus, workType string, wi
 
 // stateOf names the peer's liveness state; "unknown" from a node that does
 // not say.
-func stateOf(p workers.PeerStatus) string {
+func stateOf(p apiv1.PeerStatus) string {
 	if p.State == "" {
 		return "unknown"
 	}
@@ -238,8 +237,8 @@ func stateOf(p workers.PeerStatus) string {
 
 // scoreOf renders the peer's score: for workType alone when given; else
 // one number when every type scores the same, or type=score for each.
-func scoreOf(p workers.PeerStatus, workType string) string {
-	one := func(s workers.TypeScore) string {
+func scoreOf(p apiv1.PeerStatus, workType string) string {
+	one := func(s apiv1.TypeScore) string {
 		if !s.Rated {
 			return "unrated"
 		}

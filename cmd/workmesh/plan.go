@@ -11,8 +11,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
-
-	"github.com/workmesh/workmesh/workers"
+	"github.com/workmesh/workmesh/node/apiv1"
 )
 
 // planOptions are the flags of `workmesh plan`.
@@ -81,7 +80,7 @@ func newPlanCommand() *cobra.Command {
 }
 
 // fetchPlan asks the node for the plan of a request.
-func fetchPlan(ctx context.Context, api, workType string, labels []string, minHead *uint64) (workers.PlanView, error) {
+func fetchPlan(ctx context.Context, api, workType string, labels []string, minHead *uint64) (apiv1.PlanView, error) {
 	q := url.Values{"type": {workType}}
 	if len(labels) > 0 {
 		q.Set("labels", strings.Join(labels, ","))
@@ -89,10 +88,10 @@ func fetchPlan(ctx context.Context, api, workType string, labels []string, minHe
 	if minHead != nil {
 		q.Set("min_head", strconv.FormatUint(*minHead, 10))
 	}
-	var v workers.PlanView
-	err := apiGet(ctx, api, workers.PlanPath+"?"+q.Encode(), &v)
+	var v apiv1.PlanView
+	err := apiGet(ctx, api, apiv1.PlanPath+"?"+q.Encode(), &v)
 	if errors.Is(err, errAPINotFound) {
-		err = fmt.Errorf("%w: the node runs a workmesh without plans (GET %s)", err, workers.PlanPath)
+		err = fmt.Errorf("%w: the node runs a workmesh without plans (GET %s)", err, apiv1.PlanPath)
 	}
 	return v, err
 }
@@ -100,7 +99,7 @@ func fetchPlan(ctx context.Context, api, workType string, labels []string, minHe
 // printPlan prints a plan as a user reads it: a headline, the groups with
 // their members in order, the order of attempts, the excluded candidates,
 // and the counts.
-func printPlan(w io.Writer, v workers.PlanView) {
+func printPlan(w io.Writer, v apiv1.PlanView) {
 	head := fmt.Sprintf("plan for %s", v.WorkType)
 	var cons []string
 	if len(v.Labels) > 0 {

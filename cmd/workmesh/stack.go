@@ -16,6 +16,12 @@ import (
 	"github.com/workmesh/workmesh/node"
 	"github.com/workmesh/workmesh/node/httpapi"
 	"github.com/workmesh/workmesh/workers"
+	"github.com/workmesh/workmesh/workers/access"
+	"github.com/workmesh/workmesh/workers/api"
+	"github.com/workmesh/workmesh/workers/dispatch"
+	"github.com/workmesh/workmesh/workers/faults"
+	"github.com/workmesh/workmesh/workers/pool"
+	"github.com/workmesh/workmesh/workers/protocol"
 )
 
 // loadAnnounceInterval is how often the stack looks at the local worker's
@@ -32,15 +38,15 @@ type stack struct {
 	log    *logrus.Logger
 	node   *node.Node
 	reg    *workers.Registry
-	pool   *workers.Pool
-	server *workers.Server
-	disp   *workers.Dispatcher
-	api    *workers.API
+	pool   *pool.Pool
+	server *protocol.Server
+	disp   *dispatch.Dispatcher
+	api    *api.Work
 	// extra holds the http and jsonrpc work types and their head poller.
 	extra *extraTypes
 	// faults and access are the work server's drill and admission settings.
-	faults *workers.Faults
-	access *workers.Access
+	faults *faults.Faults
+	access *access.Access
 	// metrics is the node's own Prometheus registry, served at /metrics:
 	// several stacks in one process (devnet, tests) never share one.
 	metrics *prometheus.Registry
@@ -80,11 +86,11 @@ func startStack(ctx context.Context, cfg config.Config, log *logrus.Logger, opts
 	if err := httpapi.CheckExposure(cfg.Node.API, cfg.Access.APIToken); err != nil {
 		return nil, usageError{err}
 	}
-	access, err := workers.NewAccess(cfg.Access)
+	acc, err := access.New(cfg.Access)
 	if err != nil {
 		return nil, usageError{err}
 	}
-	faults, err := workers.NewFaults(cfg.Fault)
+	inj, err := faults.New(cfg.Fault)
 	if err != nil {
 		return nil, usageError{err}
 	}
@@ -99,7 +105,7 @@ func startStack(ctx context.Context, cfg config.Config, log *logrus.Logger, opts
 		extra.close()
 		return nil, fmt.Errorf("work-types: %w", err)
 	}
-	pool, err := workers.NewPool(reg, cfg.Worker, log)
+	local, err := pool.New(reg, cfg.Worker, log)
 	if err != nil {
 		extra.close()
 		return nil, err
@@ -109,15 +115,15 @@ func startStack(ctx context.Context, cfg config.Config, log *logrus.Logger, opts
 	cfg.Node.WorkTypes = reg.Names()
 
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	s := &stack{cfg: cfg, log: log, reg: reg, pool: pool, ctx: sctx, cancel: cancel, extra: extra, faults: faults, access: access}
+	s := &stack{cfg: cfg, log: log, reg: reg, pool: local, ctx: sctx, cancel: cancel, extra: extra, faults: inj, access: acc}
 	fail := func(err error) (*stack, error) {
 		s.Close()
 		return nil, err
 	}
-	state := workers.NewLocalState(pool, faults)
+	state := pool.NewLocalState(local, inj)
 	nodeOpts := append([]node.Option{
 		node.WithLogger(log), node.WithVersion(version), node.WithLocalState(state), node.WithHealthCheck(state.Health),
-		node.WithAPIToken(cfg.Access.APIToken), node.WithInfo("faults", func() any { return faults.View() }),
+		node.WithAPIToken(cfg.Access.APIToken), node.WithInfo("faults", func() any { return inj.View() }),
 	}, so.nodeOpts...)
 	n, err := node.New(sctx, cfg.Node, nodeOpts...)
 	if err != nil {
@@ -125,23 +131,23 @@ func startStack(ctx context.Context, cfg config.Config, log *logrus.Logger, opts
 	}
 	s.node = n
 	extra.protectOwnPorts(n)
-	if s.server, err = workers.NewServer(n.Host(), n.Network(), pool, workers.WithServerLogger(log),
-		workers.WithObserver(servedLogger(log)), workers.WithAccess(access), workers.WithFaults(faults)); err != nil {
+	if s.server, err = protocol.NewServer(n.Host(), n.Network(), local, protocol.WithLogger(log),
+		protocol.WithObserver(servedLogger(log)), protocol.WithPeerLimiter(acc), protocol.WithInterceptor(inj)); err != nil {
 		return fail(err)
 	}
-	if s.disp, err = workers.NewDispatcher(cfg, n, pool, workers.WithDispatchLogger(log)); err != nil {
+	if s.disp, err = dispatch.New(cfg, n, local, dispatch.WithLogger(log), dispatch.WithCatalog(knownTypes())); err != nil {
 		return fail(err)
 	}
-	if s.api, err = workers.NewAPI(s.dispatch, workers.WithAPILogger(log)); err != nil {
+	if s.api, err = api.NewWork(s.dispatch, api.WithLogger(log)); err != nil {
 		return fail(err)
 	}
 	if err := s.api.Register(n.HandleAPI); err != nil {
 		return fail(err)
 	}
-	if err := faults.Register(n.HandleAPI); err != nil {
+	if err := inj.Register(n.HandleAPI); err != nil {
 		return fail(err)
 	}
-	rpc, err := workers.NewRPCHandler(s.dispatch, workers.WithRPCLogger(log))
+	rpc, err := api.NewRPC(s.dispatch, api.WithLogger(log))
 	if err != nil {
 		return fail(err)
 	}
@@ -153,12 +159,12 @@ func startStack(ctx context.Context, cfg config.Config, log *logrus.Logger, opts
 	s.metrics = prometheus.NewRegistry()
 	if err := registerAll(s.metrics,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		n.Collector(), s.disp.Collector(), workers.NewPoolCollector(pool),
-		workers.NewServerCollector(s.server), s.api.Collector()); err != nil {
+		n.Collector(), s.disp.Collector(), local.Collector(),
+		s.server.Collector(), s.api.Collector()); err != nil {
 		return fail(err)
 	}
-	op, err := workers.NewOperator(s.disp, s.metrics, workers.WithStatusAPI(s.api),
-		workers.WithStatusServer(s.server), workers.WithOperatorLogger(log))
+	op, err := api.NewOperator(s.disp, s.metrics, api.WithStatusWork(s.api),
+		api.WithStatusServer(s.server), api.WithLogger(log))
 	if err != nil {
 		return fail(err)
 	}
@@ -179,7 +185,7 @@ func startStack(ctx context.Context, cfg config.Config, log *logrus.Logger, opts
 
 // dispatch runs one API request, ending it early when the stack closes so
 // that shutdown does not wait for the request's own deadline.
-func (s *stack) dispatch(ctx context.Context, req workers.WorkRequest) workers.WorkResult {
+func (s *stack) dispatch(ctx context.Context, req dispatch.WorkRequest) dispatch.WorkResult {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	stop := context.AfterFunc(s.ctx, func() {
@@ -205,8 +211,8 @@ func registerAll(reg *prometheus.Registry, cs ...prometheus.Collector) error {
 
 // servedLogger logs, at debug, each request this node's work server
 // answered for a peer, with request_id, peer and work_type fields.
-func servedLogger(log *logrus.Logger) func(workers.ServedRequest) {
-	return func(sr workers.ServedRequest) {
+func servedLogger(log *logrus.Logger) func(protocol.ServedRequest) {
+	return func(sr protocol.ServedRequest) {
 		if !log.IsLevelEnabled(logrus.DebugLevel) {
 			return
 		}
@@ -226,7 +232,7 @@ func servedLogger(log *logrus.Logger) func(workers.ServedRequest) {
 func (s *stack) announceLoad() {
 	t := time.NewTicker(loadAnnounceInterval)
 	defer t.Stop()
-	var last workers.PoolStats
+	var last pool.Stats
 	for {
 		select {
 		case <-s.ctx.Done():

@@ -8,8 +8,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-
-	"github.com/workmesh/workmesh/workers"
+	"github.com/workmesh/workmesh/node/apiv1"
 )
 
 func newStatusCommand() *cobra.Command {
@@ -26,8 +25,8 @@ func newStatusCommand() *cobra.Command {
 				return err
 			}
 			api = resolveAPI(cmd, api)
-			var v workers.StatusView
-			if err := apiGet(cmd.Context(), api, workers.StatusPath, &v); err != nil {
+			var v apiv1.StatusView
+			if err := apiGet(cmd.Context(), api, apiv1.StatusPath, &v); err != nil {
 				return err
 			}
 			if output != "text" {
@@ -44,7 +43,7 @@ func newStatusCommand() *cobra.Command {
 }
 
 // printStatus prints the status as a few labelled lines.
-func printStatus(w io.Writer, api string, v workers.StatusView) {
+func printStatus(w io.Writer, api string, v apiv1.StatusView) {
 	fmt.Fprintf(w, "node:       %s (network %s, workmesh %s), up %s\n", v.PeerID, v.Network, v.Version,
 		(time.Duration(v.UptimeS * float64(time.Second))).Round(time.Second))
 	fmt.Fprintf(w, "api:        %s; work types %s; labels %s\n", api, dash(strings.Join(v.WorkTypes, ",")), dash(strings.Join(v.Labels, ",")))

@@ -19,7 +19,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/workmesh/workmesh/config"
+	"github.com/workmesh/workmesh/node/apiv1"
 	"github.com/workmesh/workmesh/workers"
+	"github.com/workmesh/workmesh/workers/dispatch"
 )
 
 // apiEnv names the environment variable that sets the default --api of the
@@ -104,7 +106,7 @@ func newSubmitCommand() *cobra.Command {
 	f.StringVarP(&o.workType, "type", "t", "", "work type, e.g. echo, sha256 or sleep (required)")
 	f.StringVarP(&o.payload, "payload", "p", "", "the payload, as text")
 	f.StringVarP(&o.payloadFile, "payload-file", "f", "", "read the payload from this file")
-	f.DurationVar(&o.timeout, "timeout", 0, "bound on the whole request, e.g. 2s (0: the node's default, "+workers.DefaultRequestTimeout.String()+")")
+	f.DurationVar(&o.timeout, "timeout", 0, "bound on the whole request, e.g. 2s (0: the node's default, "+dispatch.DefaultRequestTimeout.String()+")")
 	f.StringSliceVar(&o.labels, "labels", nil, "labels a remote worker must carry (comma-separated)")
 	f.Uint64Var(&o.minHead, "min-head", 0, "the position the request names, for work types with heads")
 	f.StringVarP(&o.output, "output", "o", "text", "output format: text (the result on stdout, a summary on stderr) or json")
@@ -147,7 +149,7 @@ func runSubmit(ctx context.Context, o submitOptions, stdin io.Reader, stdout, st
 		}
 		printPlan(stderr, v)
 	}
-	req := workers.APIRequest{Type: o.workType, Labels: o.labels}
+	req := apiv1.WorkRequest{Type: o.workType, Labels: o.labels}
 	if utf8.Valid(payload) {
 		s := string(payload)
 		req.Payload = &s
@@ -178,7 +180,7 @@ func runSubmit(ctx context.Context, o submitOptions, stdin io.Reader, stdout, st
 		if _, err := stdout.Write(pretty.Bytes()); err != nil {
 			return fmt.Errorf("write result: %w", err)
 		}
-	} else if ans.resp.Status == workers.StatusOK {
+	} else if ans.resp.Status == apiv1.StatusOK {
 		if err := writeResult(stdout, ans.resp); err != nil {
 			return err
 		}
@@ -244,15 +246,15 @@ func isTerminal(v any) bool {
 // workAnswer is the API's answer to one POST /v1/work.
 type workAnswer struct {
 	raw  []byte
-	resp workers.APIResponse
+	resp apiv1.WorkResponse
 }
 
 // postWork sends req to the work API at api and decodes the answer. A
 // request the API refused, or an API that cannot be reached, is an error
 // with exit code 2; the outcome of dispatched work is in the answer.
-func postWork(ctx context.Context, api string, req workers.APIRequest, timeout time.Duration) (workAnswer, error) {
+func postWork(ctx context.Context, api string, req apiv1.WorkRequest, timeout time.Duration) (workAnswer, error) {
 	if timeout <= 0 {
-		timeout = workers.DefaultRequestTimeout
+		timeout = dispatch.DefaultRequestTimeout
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout+submitSlack)
 	defer cancel()
@@ -260,7 +262,7 @@ func postWork(ctx context.Context, api string, req workers.APIRequest, timeout t
 	if err != nil {
 		return workAnswer{}, fmt.Errorf("encode the request: %w", err)
 	}
-	url := "http://" + api + workers.WorkPath
+	url := "http://" + api + apiv1.WorkPath
 	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		return workAnswer{}, usageError{fmt.Errorf("--api %q: %w", api, err)}
@@ -284,7 +286,7 @@ func postWork(ctx context.Context, api string, req workers.APIRequest, timeout t
 		return ans, nil
 	}
 	// Not a dispatched request: the API refused it.
-	var apiErr workers.APIError
+	var apiErr apiv1.Error
 	msg := strings.TrimSpace(string(raw))
 	if json.Unmarshal(raw, &apiErr) == nil && apiErr.Error != "" {
 		msg = apiErr.Error
@@ -298,7 +300,7 @@ func postWork(ctx context.Context, api string, req workers.APIRequest, timeout t
 
 // writeResult writes the result as it is, adding a final newline to text
 // that has none so that a shell prompt does not follow it on the line.
-func writeResult(w io.Writer, r workers.APIResponse) error {
+func writeResult(w io.Writer, r apiv1.WorkResponse) error {
 	out := r.Output()
 	if r.Result != nil && len(out) > 0 && out[len(out)-1] != '\n' {
 		out = append(out, '\n')
@@ -311,19 +313,19 @@ func writeResult(w io.Writer, r workers.APIResponse) error {
 
 // outcomeError is nil for ok and empty, and otherwise the error that
 // carries the status's exit code.
-func outcomeError(workType string, r workers.APIResponse) error {
+func outcomeError(workType string, r apiv1.WorkResponse) error {
 	why := r.Error
 	if why == "" {
 		why = "no reason given"
 	}
 	switch r.Status {
-	case workers.StatusOK, workers.StatusEmpty:
+	case apiv1.StatusOK, apiv1.StatusEmpty:
 		return nil
-	case workers.StatusFailed:
+	case apiv1.StatusFailed:
 		return exitError{exitFailed, fmt.Errorf("%s work failed: %s", workType, why)}
-	case workers.StatusUnavailable:
+	case apiv1.StatusUnavailable:
 		return exitError{exitUnavailable, fmt.Errorf("%s work unavailable: %s", workType, why)}
-	case workers.StatusTimeout:
+	case apiv1.StatusTimeout:
 		return exitError{exitTimeout, fmt.Errorf("%s work timed out: %s", workType, why)}
 	}
 	return exitError{exitFailed, fmt.Errorf("%s work: unknown status %q: %s", workType, r.Status, why)}
@@ -332,7 +334,7 @@ func outcomeError(workType string, r workers.APIResponse) error {
 // summarize says in one line how a request ended: status, worker, every
 // attempt with its outcome, duration and group, and the total time. name
 // renders peer IDs.
-func summarize(r workers.APIResponse, name func(string) string) string {
+func summarize(r apiv1.WorkResponse, name func(string) string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s", r.Status)
 	if r.Worker != "" {
@@ -366,7 +368,7 @@ func summarize(r workers.APIResponse, name func(string) string) string {
 			fmt.Fprintf(&b, " [%s]", clip(a.Error, maxAttemptError))
 		}
 	}
-	if r.Explanation != "" && (r.Status == workers.StatusOK || r.Status == workers.StatusEmpty) {
+	if r.Explanation != "" && (r.Status == apiv1.StatusOK || r.Status == apiv1.StatusEmpty) {
 		fmt.Fprintf(&b, "; not remote because: %s", r.Explanation)
 	}
 	return b.String()

@@ -11,21 +11,23 @@ import (
 	"testing"
 	"time"
 
-	"github.com/workmesh/workmesh/workers"
+	"github.com/workmesh/workmesh/node/apiv1"
+	"github.com/workmesh/workmesh/workers/api"
+	"github.com/workmesh/workmesh/workers/dispatch"
 )
 
 // fakeNode is a work API in front of a canned dispatcher, recording what it
 // was asked.
 type fakeNode struct {
 	srv *httptest.Server
-	got []workers.WorkRequest
-	res workers.WorkResult
+	got []dispatch.WorkRequest
+	res dispatch.WorkResult
 }
 
-func newFakeNode(t *testing.T, res workers.WorkResult) *fakeNode {
+func newFakeNode(t *testing.T, res dispatch.WorkResult) *fakeNode {
 	t.Helper()
 	f := &fakeNode{res: res}
-	api, err := workers.NewAPI(func(_ context.Context, req workers.WorkRequest) workers.WorkResult {
+	api, err := api.NewWork(func(_ context.Context, req dispatch.WorkRequest) dispatch.WorkResult {
 		f.got = append(f.got, req)
 		return f.res
 	})
@@ -57,26 +59,26 @@ func runRoot(t *testing.T, stdin []byte, args ...string) (int, string, string) {
 }
 
 func TestSubmitExitCodes(t *testing.T) {
-	attempts := []workers.Attempt{
+	attempts := []apiv1.Attempt{
 		{Peer: "12D3KooWAAAAAAAAdeadpeer", Outcome: "unreachable", DurationMS: 500, Group: "full", Error: "connect: timeout"},
 		{Peer: "12D3KooWBBBBBBBBlivepeer", Outcome: "success", DurationMS: 2.5, Group: "archive"},
 	}
 	for _, tc := range []struct {
 		name       string
-		res        workers.WorkResult
+		res        dispatch.WorkResult
 		code       int
 		stdout     string
 		stderrHas  []string
 		jsonStatus string
 	}{
-		{"ok", workers.WorkResult{Status: workers.StatusOK, Output: []byte("digest"), Worker: "12D3KooWBBBBBBBBlivepeer", Attempts: attempts, Duration: 503 * time.Millisecond},
+		{"ok", dispatch.WorkResult{Status: apiv1.StatusOK, Output: []byte("digest"), Worker: "12D3KooWBBBBBBBBlivepeer", Attempts: attempts, Duration: 503 * time.Millisecond},
 			0, "digest\n", []string{"ok by …livepeer in 503ms", "2 attempts: …deadpeer unreachable 500ms (group full) [connect: timeout], …livepeer success 2.5ms (group archive)"}, "ok"},
-		{"ok with a newline", workers.WorkResult{Status: workers.StatusOK, Output: []byte("line\n"), Worker: "local"}, 0, "line\n", []string{"ok by local"}, "ok"},
-		{"empty", workers.WorkResult{Status: workers.StatusEmpty, Worker: "local"}, 0, "", []string{"empty by local"}, "empty"},
-		{"failed", workers.WorkResult{Status: workers.StatusFailed, Worker: "local", Error: "sleep: payload \"x\" is not a duration"}, 1, "", []string{"work failed: sleep: payload"}, "failed"},
-		{"unavailable", workers.WorkResult{Status: workers.StatusUnavailable, Error: "no worker could take the work: no peer advertises work type nosuch"}, 2, "",
+		{"ok with a newline", dispatch.WorkResult{Status: apiv1.StatusOK, Output: []byte("line\n"), Worker: "local"}, 0, "line\n", []string{"ok by local"}, "ok"},
+		{"empty", dispatch.WorkResult{Status: apiv1.StatusEmpty, Worker: "local"}, 0, "", []string{"empty by local"}, "empty"},
+		{"failed", dispatch.WorkResult{Status: apiv1.StatusFailed, Worker: "local", Error: "sleep: payload \"x\" is not a duration"}, 1, "", []string{"work failed: sleep: payload"}, "failed"},
+		{"unavailable", dispatch.WorkResult{Status: apiv1.StatusUnavailable, Error: "no worker could take the work: no peer advertises work type nosuch"}, 2, "",
 			[]string{"unavailable", "no peer advertises work type nosuch"}, "unavailable"},
-		{"timeout", workers.WorkResult{Status: workers.StatusTimeout, Error: "no result within 300ms"}, 3, "", []string{"timed out: no result within 300ms"}, "timeout"},
+		{"timeout", dispatch.WorkResult{Status: apiv1.StatusTimeout, Error: "no result within 300ms"}, 3, "", []string{"timed out: no result within 300ms"}, "timeout"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFakeNode(t, tc.res)
@@ -90,7 +92,7 @@ func TestSubmitExitCodes(t *testing.T) {
 				}
 			}
 			code, stdout, _ = runRoot(t, nil, "submit", "--api", f.addr(), "--type", "sha256", "--payload", "hello", "--output", "json")
-			var resp workers.APIResponse
+			var resp apiv1.WorkResponse
 			if err := json.Unmarshal([]byte(stdout), &resp); err != nil {
 				t.Fatalf("json output %q: %v", stdout, err)
 			}
@@ -105,7 +107,7 @@ func TestSubmitExitCodes(t *testing.T) {
 }
 
 func TestSubmitBuildsTheRequest(t *testing.T) {
-	f := newFakeNode(t, workers.WorkResult{Status: workers.StatusOK, Worker: "local"})
+	f := newFakeNode(t, dispatch.WorkResult{Status: apiv1.StatusOK, Worker: "local"})
 	file := filepath.Join(t.TempDir(), "payload")
 	if err := os.WriteFile(file, []byte("from a file"), 0o600); err != nil {
 		t.Fatal(err)
@@ -115,13 +117,13 @@ func TestSubmitBuildsTheRequest(t *testing.T) {
 		name  string
 		stdin []byte
 		args  []string
-		want  workers.WorkRequest
+		want  dispatch.WorkRequest
 	}{
 		{"payload flag", nil, []string{"--payload", "hi", "--timeout", "2s", "--labels", "full,eu", "--min-head", "7"},
-			workers.WorkRequest{Type: "echo", Payload: []byte("hi"), Timeout: 2 * time.Second, Labels: []string{"full", "eu"}, MinHead: &head}},
-		{"payload file", nil, []string{"--payload-file", file}, workers.WorkRequest{Type: "echo", Payload: []byte("from a file")}},
-		{"text on stdin", []byte("piped"), nil, workers.WorkRequest{Type: "echo", Payload: []byte("piped")}},
-		{"bytes on stdin", []byte{0xff, 0, 0xfe}, nil, workers.WorkRequest{Type: "echo", Payload: []byte{0xff, 0, 0xfe}}},
+			dispatch.WorkRequest{Type: "echo", Payload: []byte("hi"), Timeout: 2 * time.Second, Labels: []string{"full", "eu"}, MinHead: &head}},
+		{"payload file", nil, []string{"--payload-file", file}, dispatch.WorkRequest{Type: "echo", Payload: []byte("from a file")}},
+		{"text on stdin", []byte("piped"), nil, dispatch.WorkRequest{Type: "echo", Payload: []byte("piped")}},
+		{"bytes on stdin", []byte{0xff, 0, 0xfe}, nil, dispatch.WorkRequest{Type: "echo", Payload: []byte{0xff, 0, 0xfe}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f.got = nil
@@ -143,7 +145,7 @@ func TestSubmitBuildsTheRequest(t *testing.T) {
 }
 
 func TestSubmitUsageErrors(t *testing.T) {
-	f := newFakeNode(t, workers.WorkResult{Status: workers.StatusOK})
+	f := newFakeNode(t, dispatch.WorkResult{Status: apiv1.StatusOK})
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -170,7 +172,7 @@ func TestSubmitUsageErrors(t *testing.T) {
 }
 
 func TestSubmitAPIFromEnvironment(t *testing.T) {
-	f := newFakeNode(t, workers.WorkResult{Status: workers.StatusOK, Output: []byte("x")})
+	f := newFakeNode(t, dispatch.WorkResult{Status: apiv1.StatusOK, Output: []byte("x")})
 	t.Setenv(apiEnv, f.addr())
 	if code, _, stderr := runRoot(t, nil, "submit", "--type", "echo", "--payload", "x"); code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
@@ -186,7 +188,7 @@ func TestSubmitAPIFromEnvironment(t *testing.T) {
 }
 
 func TestSubmitUnreachableAPI(t *testing.T) {
-	f := newFakeNode(t, workers.WorkResult{Status: workers.StatusOK})
+	f := newFakeNode(t, dispatch.WorkResult{Status: apiv1.StatusOK})
 	addr := f.addr()
 	f.srv.Close()
 	code, _, stderr := runRoot(t, nil, "submit", "--api", addr, "--type", "echo", "--payload", "x")

@@ -4,16 +4,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+
+	"github.com/workmesh/workmesh/node/apiv1"
 )
 
 // ErrorBody is the body of every 4xx and 5xx answer of the API.
-type ErrorBody struct {
-	// Error says what is wrong.
-	Error string `json:"error"`
-	// Field names the request field at fault (a body field or a query
-	// parameter), when there is one.
-	Field string `json:"field,omitempty"`
-}
+type ErrorBody = apiv1.Error
 
 // WriteJSON answers with status code and v as JSON, indented for an
 // operator reading it with curl. It returns the error of encoding or

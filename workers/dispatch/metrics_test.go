@@ -1,0 +1,375 @@
+package dispatch
+
+import (
+	"context"
+	"io"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/workmesh/workmesh/config"
+	"github.com/workmesh/workmesh/node"
+	"github.com/workmesh/workmesh/node/apiv1"
+	"github.com/workmesh/workmesh/selection"
+	"github.com/workmesh/workmesh/workers/builtin"
+	"github.com/workmesh/workmesh/workers/pool"
+	"github.com/workmesh/workmesh/workers/workertest"
+)
+
+// TestDispatchMetricsCountsARequest feeds finished requests to the
+// counters: attempts by outcome and peer, a hedge that won and one that
+// lost, a local fallback, a beyond-head short-circuit.
+func TestDispatchMetricsCountsARequest(t *testing.T) {
+	m := newDispatchMetrics()
+	m.request("sha256", WorkResult{
+		Status: apiv1.StatusOK, Worker: "peerB", Duration: 3 * time.Millisecond,
+		Attempts: []apiv1.Attempt{
+			{Peer: "peerA", Outcome: "cancelled"},
+			{Peer: "peerB", Outcome: "success", Hedge: true},
+		},
+	}, false)
+	m.request("sha256", WorkResult{
+		Status: apiv1.StatusOK, Worker: LocalWorker,
+		Attempts: []apiv1.Attempt{
+			{Peer: "peerA", Outcome: "retryable-error"},
+			{Peer: "peerC", Outcome: "cancelled", Hedge: true},
+			{Peer: LocalWorker, Outcome: "success"},
+		},
+	}, false)
+	m.request("chain", WorkResult{Status: apiv1.StatusEmpty, Worker: "peerA",
+		Attempts: []apiv1.Attempt{{Peer: "peerA", Outcome: "empty"}}}, true)
+
+	mfs := gather(t, m.requests, m.duration, m.attempts, m.hedgesFired, m.hedgesWon, m.fallbacks, m.beyondHead)
+	for _, c := range []struct {
+		name   string
+		labels map[string]string
+		want   float64
+	}{
+		{"workmesh_requests_total", map[string]string{"work_type": "sha256", "status": "ok"}, 2},
+		{"workmesh_requests_total", map[string]string{"work_type": "chain", "status": "empty"}, 1},
+		{"workmesh_attempts_total", map[string]string{"outcome": "success", "peer": "peerB"}, 1},
+		{"workmesh_attempts_total", map[string]string{"outcome": "cancelled", "peer": "peerA"}, 1},
+		{"workmesh_attempts_total", map[string]string{"outcome": "retryable-error", "peer": "peerA"}, 1},
+		{"workmesh_attempts_total", map[string]string{"outcome": "success", "peer": LocalWorker}, 1},
+		{"workmesh_hedges_fired_total", nil, 2},
+		{"workmesh_hedges_won_total", nil, 1},
+		{"workmesh_fallbacks_total", map[string]string{"work_type": "sha256"}, 1},
+		{"workmesh_beyond_head_total", map[string]string{"work_type": "chain"}, 1},
+		{"workmesh_request_duration_seconds", map[string]string{"work_type": "sha256"}, 2},
+	} {
+		if got, ok := value(t, mfs, c.name, c.labels); !ok || got != c.want {
+			t.Errorf("%s%v = %v (found %t), want %v", c.name, c.labels, got, ok, c.want)
+		}
+	}
+	if _, ok := value(t, mfs, "workmesh_beyond_head_total", map[string]string{"work_type": "sha256"}); ok {
+		t.Error("a beyond-head count for a request that was not beyond the head")
+	}
+	if _, ok := value(t, mfs, "workmesh_fallbacks_total", map[string]string{"work_type": "chain"}); ok {
+		t.Error("a fallback count for a request no local worker ran")
+	}
+}
+
+// fakePeer is a peer entered in a dispatcher's peer table by a signed
+// record; it does not exist on the network.
+type fakePeer struct {
+	id     peer.ID
+	labels []string
+	types  []string
+}
+
+// testDispatcher starts one node with no peers and a dispatcher whose local
+// worker serves echo, then enters the fake peers' records in its table.
+func testDispatcher(t testing.TB, cfg config.Config, peers ...*fakePeer) *Dispatcher {
+	t.Helper()
+	return testDispatcherWith(t, cfg, nil, peers...)
+}
+
+// testDispatcherWith is testDispatcher with options for the node.
+func testDispatcherWith(t testing.TB, cfg config.Config, nodeOpts []node.Option, peers ...*fakePeer) *Dispatcher {
+	t.Helper()
+	cfg.Node.Listen = []string{"/ip4/127.0.0.1/udp/0/quic-v1"}
+	cfg.Node.API = ""
+	cfg.Node.DataDir = t.TempDir()
+	cfg.Node.Network = "metrics-test"
+	cfg.SetDefaults()
+	workertest.Must(t, cfg.Validate())
+	reg, err := builtin.NewRegistry("echo")
+	workertest.Must(t, err)
+	pool, err := pool.New(reg, cfg.Worker, workertest.QuietLogger())
+	workertest.Must(t, err)
+	t.Cleanup(func() { _ = pool.Close() })
+	n, err := node.New(context.Background(), cfg.Node, append([]node.Option{node.WithLogger(workertest.QuietLogger())}, nodeOpts...)...)
+	workertest.Must(t, err)
+	t.Cleanup(func() { _ = n.Close() })
+	d, err := New(cfg, n, pool, WithLogger(workertest.QuietLogger()), WithSelectionOptions(selection.WithSeed(1)))
+	workertest.Must(t, err)
+	for _, p := range peers {
+		key, _, err := crypto.GenerateEd25519Key(nil)
+		workertest.Must(t, err)
+		p.id, err = peer.IDFromPrivateKey(key)
+		workertest.Must(t, err)
+		nd := node.NodeData{PeerID: p.id, Network: cfg.Node.Network, Labels: p.labels, Sequence: 1,
+			Capacity: node.Capacity{MaxConcurrent: 4, QueueSize: 10}}
+		for _, wt := range p.types {
+			nd.WorkTypes = append(nd.WorkTypes, node.WorkType{Name: wt})
+		}
+		rec, err := node.SignNodeData(nd, key)
+		workertest.Must(t, err)
+		if _, err := n.Peers().Submit(rec, "", node.SourceGossip); err != nil {
+			t.Fatalf("enter the record of %s: %v", p.id, err)
+		}
+	}
+	d.syncPeers()
+	return d
+}
+
+// makeUnreachable reports failed polls until liveness gives up on p.
+func makeUnreachable(d *Dispatcher, p *fakePeer) {
+	for range d.cfg.Liveness.PollFailureThreshold {
+		d.metrics.poll(string(p.id), 0, io.ErrUnexpectedEOF, time.Now())
+		d.report(string(p.id), false, io.ErrUnexpectedEOF)
+	}
+	d.sel.Refresh()
+}
+
+// gather scrapes the collector through a registry of its own, as /metrics
+// does, and returns the families by name.
+func gather(t *testing.T, cs ...prometheus.Collector) map[string]*dto.MetricFamily {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	for _, c := range cs {
+		workertest.Must(t, reg.Register(c))
+	}
+	mfs, err := reg.Gather()
+	workertest.Must(t, err)
+	out := map[string]*dto.MetricFamily{}
+	for _, mf := range mfs {
+		if !strings.HasPrefix(mf.GetName(), "workmesh_") {
+			t.Errorf("metric %s lacks the workmesh_ prefix", mf.GetName())
+		}
+		out[mf.GetName()] = mf
+	}
+	return out
+}
+
+// value returns the value of the series of family name with the labels.
+func value(t *testing.T, mfs map[string]*dto.MetricFamily, name string, labels map[string]string) (float64, bool) {
+	t.Helper()
+	mf := mfs[name]
+	if mf == nil {
+		return 0, false
+	}
+next:
+	for _, m := range mf.GetMetric() {
+		have := map[string]string{}
+		for _, l := range m.GetLabel() {
+			have[l.GetName()] = l.GetValue()
+		}
+		for k, v := range labels {
+			if have[k] != v {
+				continue next
+			}
+		}
+		switch {
+		case m.Counter != nil:
+			return m.Counter.GetValue(), true
+		case m.Gauge != nil:
+			return m.Gauge.GetValue(), true
+		case m.Histogram != nil:
+			return float64(m.Histogram.GetSampleCount()), true
+		}
+	}
+	return 0, false
+}
+
+// TestDispatcherCollector scrapes a dispatcher after real dispatches and
+// liveness changes: the counters of requests that ran locally or found no
+// worker, and the state read at scrape time (liveness per peer, scores,
+// poll round-trip times).
+func TestDispatcherCollector(t *testing.T) {
+	cfg := config.Defaults()
+	cfg.Liveness.PollFailureThreshold = 2
+	alive := &fakePeer{labels: []string{"full"}, types: []string{"sha256"}}
+	dead := &fakePeer{types: []string{"sha256", "sleep"}}
+	d := testDispatcher(t, cfg, alive, dead)
+
+	// Nobody remote serves echo: the local worker runs it.
+	if res := d.Dispatch(context.Background(), WorkRequest{Type: "echo", Payload: []byte("hi")}); res.Status != apiv1.StatusOK || res.Worker != LocalWorker {
+		t.Fatalf("echo: %+v", res)
+	}
+	// A type nobody serves is counted under "unknown", not its own name.
+	if res := d.Dispatch(context.Background(), WorkRequest{Type: "made-up-type"}); res.Status != apiv1.StatusUnavailable {
+		t.Fatalf("made-up-type: %+v", res)
+	}
+	d.metrics.poll(string(alive.id), 1500*time.Microsecond, nil, time.Now())
+	makeUnreachable(d, dead)
+
+	mfs := gather(t, d.Collector())
+	for _, c := range []struct {
+		name   string
+		labels map[string]string
+		want   float64
+	}{
+		{"workmesh_requests_total", map[string]string{"work_type": "echo", "status": "ok"}, 1},
+		{"workmesh_requests_total", map[string]string{"work_type": unknownWorkType, "status": "unavailable"}, 1},
+		{"workmesh_fallbacks_total", map[string]string{"work_type": "echo"}, 1},
+		{"workmesh_attempts_total", map[string]string{"outcome": "success", "peer": LocalWorker}, 1},
+		{"workmesh_request_duration_seconds", map[string]string{"work_type": "echo"}, 1},
+		{"workmesh_liveness_transitions_total", map[string]string{"from": "alive", "to": "unreachable"}, 1},
+		{"workmesh_polls_total", map[string]string{"result": "ok"}, 1},
+		{"workmesh_polls_total", map[string]string{"result": "failed"}, 2},
+		{"workmesh_peer_liveness_state", map[string]string{"peer": dead.id.String(), "state": "unreachable"}, 1},
+		{"workmesh_peer_liveness_state", map[string]string{"peer": dead.id.String(), "state": "alive"}, 0},
+		{"workmesh_peer_liveness_state", map[string]string{"peer": alive.id.String(), "state": "alive"}, 1},
+		{"workmesh_peers_by_liveness", map[string]string{"state": "unreachable"}, 1},
+		{"workmesh_peers_by_liveness", map[string]string{"state": "alive"}, 1},
+		{"workmesh_peer_poll_rtt_seconds", map[string]string{"peer": alive.id.String()}, 0.0015},
+		{"workmesh_peer_rated", map[string]string{"peer": dead.id.String(), "work_type": "sleep"}, 0},
+		{"workmesh_dispatch_in_flight", nil, 0},
+	} {
+		got, ok := value(t, mfs, c.name, c.labels)
+		if !ok || got != c.want {
+			t.Errorf("%s%v = %v (found %t), want %v", c.name, c.labels, got, ok, c.want)
+		}
+	}
+	if _, ok := value(t, mfs, "workmesh_requests_total", map[string]string{"work_type": "made-up-type"}); ok {
+		t.Error("a made-up work type got a series of its own")
+	}
+	for _, p := range []*fakePeer{alive, dead} {
+		for _, wt := range p.types {
+			if _, ok := value(t, mfs, "workmesh_peer_score", map[string]string{"peer": p.id.String(), "work_type": wt}); !ok {
+				t.Errorf("no workmesh_peer_score for %s %s", p.id, wt)
+			}
+		}
+	}
+	if _, ok := value(t, mfs, "workmesh_peer_poll_rtt_seconds", map[string]string{"peer": dead.id.String()}); ok {
+		t.Error("a round-trip time for a peer that never answered a poll")
+	}
+
+	// Per-node registries: a second dispatcher's collector registers
+	// beside the first without clashing, and nothing reaches the global
+	// default registry.
+	other := testDispatcher(t, config.Defaults())
+	gather(t, other.Collector())
+	gather(t, d.Collector(), other.node.Collector())
+	def, err := prometheus.DefaultGatherer.Gather()
+	workertest.Must(t, err)
+	for _, mf := range def {
+		if strings.HasPrefix(mf.GetName(), "workmesh_") {
+			t.Errorf("%s registered in the global default registry", mf.GetName())
+		}
+	}
+}
+
+// TestDispatcherPlan checks the plan a request would get: groups in label
+// order, rated order inside, every excluded peer with its reason, counts
+// that agree with the selection core, and no pick left in flight.
+func TestDispatcherPlan(t *testing.T) {
+	cfg := config.Defaults()
+	cfg.Worker.MaxRemoteWorkers, cfg.Worker.MaxRetries = 3, 2
+	cfg.Liveness.PollFailureThreshold = 1
+	cfg.LabelBalancing = &config.LabelBalancingConfig{Order: []string{"full", "archive"}}
+	full := &fakePeer{labels: []string{"full"}, types: []string{"sha256"}}
+	archive := &fakePeer{labels: []string{"archive"}, types: []string{"sha256"}}
+	down := &fakePeer{labels: []string{"archive"}, types: []string{"sha256"}}
+	plain := &fakePeer{types: []string{"sha256", "echo"}}
+	d := testDispatcher(t, cfg, full, archive, down, plain)
+	makeUnreachable(d, down)
+
+	v := d.Plan(apiv1.PlanRequest{Type: "sha256"})
+	labels := func(gs []apiv1.PlanGroup) []string {
+		var out []string
+		for _, g := range gs {
+			out = append(out, g.Label)
+		}
+		return out
+	}
+	if got := labels(v.Groups); !slices.Equal(got, []string{"full", "archive", ""}) || !v.Groups[2].Default {
+		t.Fatalf("groups %q, want full, archive, then the default group", got)
+	}
+	if len(v.Groups[1].Peers) != 2 {
+		t.Fatalf("archive group: %+v", v.Groups[1].Peers)
+	}
+	order := make([]string, len(v.Order))
+	for i, p := range v.Order {
+		order[i] = p.Peer
+	}
+	if want := []string{full.id.String(), archive.id.String(), plain.id.String()}; !slices.Equal(order, want) {
+		t.Errorf("order %v, want %v (full, archive, then the unlabelled; the unreachable one left out)", order, want)
+	}
+	if len(v.Excluded) != 1 || v.Excluded[0].Peer != down.id.String() || v.Excluded[0].Reason != "unreachable" {
+		t.Errorf("excluded %+v, want only %s as unreachable", v.Excluded, down.id)
+	}
+	if v.Explanation != "4 candidates for work type sha256: 1 unreachable, 3 selectable" {
+		t.Errorf("explanation %q", v.Explanation)
+	}
+	if v.Fallback || !strings.Contains(v.FallbackNote, "does not serve sha256") {
+		t.Errorf("fallback %t (%s): the local worker serves echo only", v.Fallback, v.FallbackNote)
+	}
+
+	if again := d.Plan(apiv1.PlanRequest{Type: "sha256"}); !slices.EqualFunc(again.Order, v.Order, func(a, b apiv1.PlanPick) bool { return a.Peer == b.Peer }) {
+		t.Errorf("second plan %+v differs from the first %+v", again.Order, v.Order)
+	}
+
+	// Label constraints: every peer without the label is excluded, with
+	// the label named, and the counts agree with the core's.
+	v = d.Plan(apiv1.PlanRequest{Type: "sha256", Labels: []string{"archive"}})
+	reasons := map[string]int{}
+	for _, x := range v.Excluded {
+		reasons[x.Reason+" "+x.Detail]++
+	}
+	if reasons["lacks label archive"] != 2 || reasons["unreachable "] != 1 || len(v.Order) != 1 || v.Order[0].Peer != archive.id.String() {
+		t.Errorf("with --labels archive: excluded %+v, order %+v", v.Excluded, v.Order)
+	}
+	for _, c := range v.Counts {
+		if c.Reason == "selectable" {
+			continue
+		}
+		if reasons[c.Reason+" "+c.Detail] != c.N {
+			t.Errorf("core counts %d %s %s, the plan lists %d", c.N, c.Reason, c.Detail, reasons[c.Reason+" "+c.Detail])
+		}
+	}
+
+	// Nothing serves it anywhere: the counts still say why.
+	v = d.Plan(apiv1.PlanRequest{Type: "nosuch"})
+	if len(v.Order) != 0 || v.Fallback || v.Explanation != "no peer advertises work type nosuch" {
+		t.Errorf("nosuch: %+v", v)
+	}
+
+	// Without include-default, unlabelled peers are not in any group.
+	no := false
+	cfg.LabelBalancing = &config.LabelBalancingConfig{Order: []string{"full"}, IncludeDefault: &no}
+	d2 := testDispatcher(t, cfg, &fakePeer{labels: []string{"full"}, types: []string{"sha256"}}, &fakePeer{types: []string{"sha256"}})
+	v = d2.Plan(apiv1.PlanRequest{Type: "sha256"})
+	if len(v.Excluded) != 1 || v.Excluded[0].Reason != selection.ReasonNotInGroup.String() {
+		t.Errorf("without include-default: excluded %+v", v.Excluded)
+	}
+}
+
+// TestPlanLeavesNothingInFlight checks that the preview hands its picks
+// back: an unrated peer with an attempt in flight is passed over for
+// another unrated one, so a leaked pick would move the next request.
+func TestPlanLeavesNothingInFlight(t *testing.T) {
+	cfg := config.Defaults()
+	cfg.Worker.MaxRemoteWorkers, cfg.Worker.MaxRetries = 1, 0
+	d := testDispatcher(t, cfg, &fakePeer{types: []string{"sha256"}}, &fakePeer{types: []string{"sha256"}})
+	v := d.Plan(apiv1.PlanRequest{Type: "sha256"})
+	if len(v.Order) != 1 {
+		t.Fatalf("order %+v, want one pick", v.Order)
+	}
+	plan := d.sel.Plan(selection.Request{WorkType: "sha256"})
+	pk, ok := plan.Next()
+	if !ok {
+		t.Fatal("no pick after the preview")
+	}
+	plan.Report(pk, selection.Cancelled, 0)
+	if got := peer.ID(pk.Peer).String(); got != v.Order[0].Peer {
+		t.Errorf("a request after the preview picks %s, the preview picked %s: its pick was left in flight", got, v.Order[0].Peer)
+	}
+}

@@ -1,0 +1,282 @@
+package pool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/workmesh/workmesh/config"
+	"github.com/workmesh/workmesh/workers"
+)
+
+// Pool is the local worker: at most LocalConcurrency requests run at once
+// and at most WorkerBufferSize more wait for a turn, first come first
+// served. Beyond that it answers Busy at once, so a caller never hangs on a
+// saturated node, and every Submit ends with exactly one Result.
+//
+// The pool keeps no idle goroutines: a request runs on a goroutine of its
+// own (Submit) or on the caller's (the work protocol server, which has a
+// goroutine per stream anyway and so saves two hand-offs per request).
+type Pool struct {
+	reg         *workers.Registry
+	log         logrus.FieldLogger
+	concurrency int
+	queueSize   int
+
+	// mu guards closed and orders admissions (wg.Add) against Close
+	// (wg.Wait).
+	mu     sync.RWMutex
+	closed bool
+	// wg counts admitted requests until their handler has returned.
+	wg sync.WaitGroup
+
+	// ctx is the parent of every request's context; Close cancels it with
+	// ErrPoolClosed so waiting requests give up and running handlers stop.
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	// turns holds one token per running request. Requests blocked on a
+	// send to it are woken in arrival order, which makes the queue FIFO.
+	turns chan struct{}
+	// admitted counts requests from admission until their handler returned
+	// (or they gave up waiting); it is what Busy is decided on.
+	admitted atomic.Int64
+	inFlight atomic.Int64
+	// queued counts admitted requests that have not had their turn yet.
+	queued atomic.Int64
+}
+
+// Stats is the local worker's capacity and current load, as advertised
+// in NodeData.
+type Stats struct {
+	// InFlight is the number of requests running now.
+	InFlight int
+	// Queued is the number of requests waiting for their turn.
+	Queued int
+	// MaxConcurrent is the number of requests that can run at once.
+	MaxConcurrent int
+	// QueueSize is the number of requests that can wait.
+	QueueSize int
+}
+
+// Ticket is one admitted request (Admit): it holds a place in the pool
+// until RunInline releases it, exactly once.
+type Ticket struct {
+	ctx      context.Context
+	cancel   context.CancelCauseFunc
+	stopPool func() bool // detaches ctx from the pool's context
+	workType string
+	payload  []byte
+}
+
+// NewPool returns a local worker running the handlers in reg, with
+// cfg.LocalConcurrency requests at once and a queue of cfg.WorkerBufferSize
+// (0 means a request is only taken when it can run at once). Panics are
+// logged to log (nil means logrus's standard logger). Close stops it.
+func New(reg *workers.Registry, cfg config.WorkerConfig, log logrus.FieldLogger) (*Pool, error) {
+	if reg == nil {
+		return nil, errors.New("new local worker: nil registry")
+	}
+	if cfg.LocalConcurrency < 1 {
+		return nil, fmt.Errorf("new local worker: local-concurrency is %d, want at least 1", cfg.LocalConcurrency)
+	}
+	if cfg.WorkerBufferSize < 0 {
+		return nil, fmt.Errorf("new local worker: worker-buffer-size is %d, want 0 or more", cfg.WorkerBufferSize)
+	}
+	if log == nil {
+		log = logrus.StandardLogger()
+	}
+	ctx, cancel := context.WithCancelCause(context.Background())
+	return &Pool{
+		reg:         reg,
+		log:         log.WithField("component", "local-worker"),
+		concurrency: cfg.LocalConcurrency,
+		queueSize:   cfg.WorkerBufferSize,
+		ctx:         ctx,
+		cancel:      cancel,
+		turns:       make(chan struct{}, cfg.LocalConcurrency),
+	}, nil
+}
+
+// Registry returns the handlers the pool runs.
+func (p *Pool) Registry() *workers.Registry { return p.reg }
+
+// Stats returns the pool's capacity and current load.
+func (p *Pool) Stats() Stats {
+	return Stats{
+		InFlight:      int(p.inFlight.Load()),
+		Queued:        int(p.queued.Load()),
+		MaxConcurrent: p.concurrency,
+		QueueSize:     p.queueSize,
+	}
+}
+
+// Submit runs payload through the handler for workType and returns its
+// result. It does not wait for room: a full pool gives Busy at once, an
+// unknown type Unsupported at once. When ctx is done first, Submit returns
+// a RetryableError right away, whether the work was still waiting (it will
+// not run) or running (its handler's context is cancelled; the handler
+// keeps its turn until it returns). After Close it returns a
+// RetryableError.
+func (p *Pool) Submit(ctx context.Context, workType string, payload []byte) workers.Result {
+	t, res, ok := p.Admit(ctx, workType, payload)
+	if !ok {
+		return res
+	}
+	if res, ok := p.takeTurn(t); !ok {
+		return res
+	}
+	// The handler runs on a goroutine of its own so that Submit can return
+	// at the deadline even when the handler ignores its context. The pool
+	// owns the goroutine: Close waits for it.
+	done := make(chan workers.Result, 1)
+	go func() { done <- p.execute(t) }()
+	// Not t.ctx: execute cancels it when it releases the Ticket, which
+	// happens before the result is sent.
+	select {
+	case res := <-done:
+		return res
+	case <-ctx.Done():
+	case <-p.ctx.Done():
+	}
+	select { // the result may have arrived at the same moment; prefer it
+	case res := <-done:
+		return res
+	default:
+	}
+	cause := context.Cause(ctx)
+	if cause == nil {
+		cause = ErrPoolClosed
+	}
+	return workers.Fail(workers.RetryableError, "%s: cancelled while running: %v", workType, cause)
+}
+
+// RunInline runs an admitted request on the caller's goroutine: it waits
+// for its turn (bounded by the Ticket's context), runs the handler and
+// releases the Ticket. The work protocol server uses it.
+func (p *Pool) RunInline(t *Ticket) workers.Result {
+	if res, ok := p.takeTurn(t); !ok {
+		return res
+	}
+	return p.execute(t)
+}
+
+// Admit takes a place for the request, or says why there is none (ok
+// false). An admitted Ticket must go through takeTurn, and execute when
+// takeTurn succeeds; between them they release it exactly once.
+func (p *Pool) Admit(ctx context.Context, workType string, payload []byte) (t *Ticket, res workers.Result, ok bool) {
+	if err := ctx.Err(); err != nil {
+		return nil, workers.Fail(workers.RetryableError, "%s: not started: %v", workType, context.Cause(ctx)), false
+	}
+	if _, known := p.reg.Get(workType); !known {
+		return nil, p.reg.Unsupported(workType), false
+	}
+	p.mu.RLock()
+	if p.closed {
+		p.mu.RUnlock()
+		return nil, workers.Fail(workers.RetryableError, "%s: %v", workType, ErrPoolClosed), false
+	}
+	if p.admitted.Add(1) > int64(p.concurrency+p.queueSize) {
+		p.admitted.Add(-1)
+		p.mu.RUnlock()
+		return nil, workers.Fail(workers.Busy, "local worker busy: %d running, %d of %d queued",
+			p.inFlight.Load(), p.queued.Load(), p.queueSize), false
+	}
+	p.queued.Add(1)
+	p.wg.Add(1)
+	p.mu.RUnlock()
+
+	jctx, cancel := context.WithCancelCause(ctx)
+	t = &Ticket{ctx: jctx, cancel: cancel, workType: workType, payload: payload}
+	t.stopPool = context.AfterFunc(p.ctx, func() { cancel(context.Cause(p.ctx)) })
+	return t, workers.Result{}, true
+}
+
+// takeTurn waits until the request may run. When the Ticket's context ends
+// first, or the pool is closed, it releases the Ticket and returns why.
+func (p *Pool) takeTurn(t *Ticket) (workers.Result, bool) {
+	select {
+	case p.turns <- struct{}{}:
+	case <-t.ctx.Done():
+		p.queued.Add(-1)
+		return p.release(t, false, p.notRun(t)), false
+	}
+	p.queued.Add(-1)
+	// Checked after the turn was taken as well: select picks at random
+	// among ready cases, and the pool's own context is seen before the
+	// Ticket's learns of Close through its AfterFunc.
+	if p.ctx.Err() != nil || t.ctx.Err() != nil {
+		return p.release(t, true, p.notRun(t)), false
+	}
+	return workers.Result{}, true
+}
+
+// notRun says why a request that waited did not run.
+func (p *Pool) notRun(t *Ticket) workers.Result {
+	if p.ctx.Err() != nil {
+		return workers.Fail(workers.RetryableError, "%s: %v before the work ran", t.workType, ErrPoolClosed)
+	}
+	return workers.Fail(workers.RetryableError, "%s: expired while queued: %v", t.workType, context.Cause(t.ctx))
+}
+
+// execute runs the handler of a request that has its turn, then releases
+// the Ticket.
+func (p *Pool) execute(t *Ticket) workers.Result {
+	p.inFlight.Add(1)
+	res := workers.Run(t.ctx, t.workType, p.handler(t.workType), t.payload, func(v any, stack []byte) {
+		p.log.WithFields(logrus.Fields{"work_type": t.workType, "panic": v}).
+			Errorf("handler panicked; answered with a permanent error\n%s", stack)
+	})
+	p.inFlight.Add(-1)
+	return p.release(t, true, res)
+}
+
+// handler returns the handler for an admitted type. The registry cannot
+// drop a type, but a handler answering Unsupported is safer than a nil one.
+func (p *Pool) handler(workType string) workers.Handler {
+	if h, ok := p.reg.Get(workType); ok {
+		return h
+	}
+	return workers.HandlerFunc(func(context.Context, []byte) workers.Result { return p.reg.Unsupported(workType) })
+}
+
+// release gives back the Ticket's turn (when it had one) and its place,
+// and passes res through. The place is freed before the caller sees res,
+// so a caller that submits again at once finds room.
+func (p *Pool) release(t *Ticket, hadTurn bool, res workers.Result) workers.Result {
+	if hadTurn {
+		<-p.turns
+	}
+	t.stopPool()
+	t.cancel(context.Canceled)
+	p.admitted.Add(-1)
+	p.wg.Done()
+	return res
+}
+
+// Context is the admitted request's context: it ends at the request's
+// own end, when the pool closes, or when Cancel is called.
+func (t *Ticket) Context() context.Context { return t.ctx }
+
+// Cancel cancels the request's context with cause; the first cause is
+// kept (context.Cause).
+func (t *Ticket) Cancel(cause error) { t.cancel(cause) }
+
+// Close stops taking work, fails the waiting requests with ErrPoolClosed,
+// cancels the context of running handlers and waits until every handler
+// has returned (a handler that ignores its context delays Close until it
+// does). Close is safe to call more than once.
+func (p *Pool) Close() error {
+	// Cancel first, so that a request taking its turn from here on sees
+	// the pool closed and does not start.
+	p.cancel(ErrPoolClosed)
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+	p.wg.Wait()
+	return nil
+}

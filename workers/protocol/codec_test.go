@@ -1,0 +1,225 @@
+package protocol
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"io"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/workmesh/workmesh/workers"
+	"github.com/workmesh/workmesh/workers/workertest"
+)
+
+func TestCodec_RequestRoundTrip(t *testing.T) {
+	tests := []Request{
+		{ID: "r-1", Type: "echo", Payload: []byte("hello"), Timeout: 1500 * time.Millisecond, AcceptTimeout: 250 * time.Millisecond},
+		{ID: "", Type: "sha256", Payload: nil},
+		{ID: strings.Repeat("i", MaxRequestIDLen), Type: strings.Repeat("t", workers.MaxTypeLen), Payload: bytes.Repeat([]byte{0, 0xff}, 1000), Timeout: time.Hour},
+		{ID: "sub-ms", Type: "sleep", Payload: []byte("1ms"), Timeout: 10 * time.Microsecond}, // rounds up, never to "none"
+	}
+	for _, want := range tests {
+		workertest.Must(t, checkRequest(&want, workers.DefaultMaxPayload))
+		frame := appendRequest([]byte("prefix"), &want)[len("prefix"):]
+		body, _, err := readFrame(bytes.NewReader(frame), frameLimit(workers.DefaultMaxPayload), nil)
+		workertest.Must(t, err)
+		got, err := decodeRequest(body, workers.DefaultMaxPayload)
+		workertest.Must(t, err)
+		wantTimeout := (want.Timeout + time.Millisecond - 1).Truncate(time.Millisecond)
+		if got.ID != want.ID || got.Type != want.Type || !bytes.Equal(got.Payload, want.Payload) ||
+			got.Timeout != wantTimeout || got.AcceptTimeout != want.AcceptTimeout {
+			t.Errorf("round trip of %q: got %+v", want.ID, got)
+		}
+	}
+}
+
+func TestCodec_ResponseRoundTrip(t *testing.T) {
+	for o := workers.Outcome(1); o < workers.NumOutcomes; o++ {
+		want := Response{ID: "r-" + o.String(), Result: workers.Result{Outcome: o, Output: []byte("out " + o.String()), Error: "why " + o.String()}}
+		frame := appendResponse(nil, &want)
+		body, _, err := readFrame(bytes.NewReader(frame), frameLimit(workers.DefaultMaxPayload), nil)
+		workertest.Must(t, err)
+		got, accepted, err := decodeServerFrame(body, workers.DefaultMaxPayload)
+		workertest.Must(t, err)
+		if accepted || got.ID != want.ID || got.Outcome != o || string(got.Output) != string(want.Output) || got.Error != want.Error {
+			t.Errorf("round trip of %v: got %+v accepted=%v", o, got, accepted)
+		}
+	}
+	// An over-long error message is cut to fit, not refused.
+	long := Response{ID: "x", Result: workers.Result{Outcome: workers.PermanentError, Error: strings.Repeat("e", 3*workers.MaxErrorLen)}}
+	body, _, err := readFrame(bytes.NewReader(appendResponse(nil, &long)), frameLimit(workers.DefaultMaxPayload), nil)
+	workertest.Must(t, err)
+	got, _, err := decodeServerFrame(body, workers.DefaultMaxPayload)
+	workertest.Must(t, err)
+	if len(got.Error) > workers.MaxErrorLen || !strings.HasSuffix(got.Error, "...") {
+		t.Errorf("long error came back with %d bytes", len(got.Error))
+	}
+
+	body, _, err = readFrame(bytes.NewReader(appendAccept(nil)), frameLimit(workers.DefaultMaxPayload), nil)
+	workertest.Must(t, err)
+	if _, accepted, err := decodeServerFrame(body, workers.DefaultMaxPayload); err != nil || !accepted {
+		t.Errorf("accept frame: accepted=%v err=%v", accepted, err)
+	}
+}
+
+// frameOf wraps body in a frame header.
+func frameOf(body []byte) []byte {
+	return append(binary.BigEndian.AppendUint32(nil, uint32(len(body))), body...)
+}
+
+func TestCodec_OversizedLengthRejectedBeforeAllocation(t *testing.T) {
+	claim := binary.BigEndian.AppendUint32(nil, 1<<30) // 1 GiB, then nothing
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, _, err := readFrame(bytes.NewReader(claim), frameLimit(workers.DefaultMaxPayload), nil)
+	runtime.ReadMemStats(&after)
+	if !errors.Is(err, ErrFrameTooLarge) {
+		t.Fatalf("error = %v, want ErrFrameTooLarge", err)
+	}
+	if grew := after.TotalAlloc - before.TotalAlloc; grew > 64<<10 {
+		t.Fatalf("reading a 1 GiB claim allocated %d bytes", grew)
+	}
+
+	// The limit is exact: one byte over is refused, the limit itself is read.
+	limit := 100
+	if _, _, err := readFrame(bytes.NewReader(frameOf(make([]byte, limit+1))), limit, nil); !errors.Is(err, ErrFrameTooLarge) {
+		t.Errorf("limit+1: error = %v, want ErrFrameTooLarge", err)
+	}
+	if _, _, err := readFrame(bytes.NewReader(frameOf(make([]byte, limit))), limit, nil); err != nil {
+		t.Errorf("exactly the limit: %v", err)
+	}
+}
+
+// countingScope records memory reservations.
+type countingScope struct {
+	reserved, released int
+	refuse             bool
+}
+
+func (s *countingScope) ReserveMemory(n int, _ uint8) error {
+	if s.refuse {
+		return errors.New("resource limit exceeded")
+	}
+	s.reserved += n
+	return nil
+}
+func (s *countingScope) ReleaseMemory(n int) { s.released += n }
+
+func TestCodec_LargeFramesReserveMemory(t *testing.T) {
+	big := frameOf(make([]byte, reserveThreshold))
+	scope := &countingScope{}
+	_, reserved, err := readFrame(bytes.NewReader(big), frameLimit(workers.DefaultMaxPayload), scope)
+	workertest.Must(t, err)
+	if reserved != reserveThreshold || scope.reserved != reserveThreshold {
+		t.Errorf("reserved %d (scope %d), want %d", reserved, scope.reserved, reserveThreshold)
+	}
+	// Truncated after the reservation: it is given back.
+	scope = &countingScope{}
+	if _, _, err := readFrame(bytes.NewReader(big[:1000]), frameLimit(workers.DefaultMaxPayload), scope); !errors.Is(err, ErrTruncated) || scope.released != scope.reserved {
+		t.Errorf("truncated: err=%v reserved=%d released=%d", err, scope.reserved, scope.released)
+	}
+	if _, _, err := readFrame(bytes.NewReader(big), frameLimit(workers.DefaultMaxPayload), &countingScope{refuse: true}); err == nil {
+		t.Error("a refused reservation did not fail the read")
+	}
+}
+
+func TestCodec_Truncated(t *testing.T) {
+	req := Request{ID: "r", Type: "echo", Payload: []byte("payload")}
+	frame := appendRequest(nil, &req)
+	for n := 1; n < len(frame); n++ {
+		_, _, err := readFrame(bytes.NewReader(frame[:n]), frameLimit(workers.DefaultMaxPayload), nil)
+		if !errors.Is(err, ErrTruncated) {
+			t.Fatalf("frame cut at %d of %d bytes: error = %v, want ErrTruncated", n, len(frame), err)
+		}
+	}
+	if _, _, err := readFrame(bytes.NewReader(nil), frameLimit(workers.DefaultMaxPayload), nil); !errors.Is(err, io.EOF) {
+		t.Errorf("no bytes at all: error = %v, want io.EOF", err)
+	}
+}
+
+func TestCodec_MalformedBodies(t *testing.T) {
+	validReq := appendRequest(nil, &Request{ID: "id", Type: "echo", Payload: []byte("p")})[frameHeaderLen:]
+	validResp := appendResponse(nil, &Response{ID: "id", Result: workers.OK([]byte("o"))})[frameHeaderLen:]
+	uv := func(v uint64) []byte { return binary.AppendUvarint(nil, v) }
+	cat := func(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
+
+	requests := []struct {
+		name string
+		body []byte
+		want error
+	}{
+		{"wrong kind", cat([]byte{kindResponse}, validReq[1:]), ErrMalformed},
+		{"only a kind", []byte{kindRequest}, ErrMalformed},
+		{"bad varint", cat([]byte{kindRequest}, bytes.Repeat([]byte{0xff}, 11)), ErrMalformed},
+		{"timeout out of range", cat([]byte{kindRequest}, uv(maxWireMillis+1), uv(0), uv(0), uv(4), []byte("echo")), ErrMalformed},
+		{"id longer than its limit", cat([]byte{kindRequest}, uv(0), uv(0), uv(MaxRequestIDLen+1), make([]byte, MaxRequestIDLen+1), uv(4), []byte("echo")), ErrMalformed},
+		{"type longer than its limit", cat([]byte{kindRequest}, uv(0), uv(0), uv(0), uv(workers.MaxTypeLen+1), make([]byte, workers.MaxTypeLen+1)), ErrMalformed},
+		{"string past the end", cat([]byte{kindRequest}, uv(0), uv(0), uv(50), []byte("short")), ErrMalformed},
+		{"payload over the limit", cat(validReq, make([]byte, 10)), ErrPayloadTooLarge},
+	}
+	for _, tt := range requests {
+		if _, err := decodeRequest(tt.body, 5); !errors.Is(err, tt.want) {
+			t.Errorf("request %s: error = %v, want %v", tt.name, err, tt.want)
+		}
+	}
+
+	responses := []struct {
+		name string
+		body []byte
+		want error
+	}{
+		{"unknown outcome", cat([]byte{kindResponse, byte(workers.NumOutcomes)}, validResp[2:]), workers.ErrUnknownOutcome},
+		{"zero outcome", cat([]byte{kindResponse, 0}, validResp[2:]), workers.ErrUnknownOutcome},
+		{"outcome 255", cat([]byte{kindResponse, 255}, validResp[2:]), workers.ErrUnknownOutcome},
+		{"request kind", validReq, ErrMalformed},
+		{"unknown kind", []byte{0x7f}, ErrMalformed},
+		{"accept with extra bytes", []byte{kindAccept, 1}, ErrMalformed},
+		{"missing outcome", []byte{kindResponse}, ErrMalformed},
+		{"error longer than its limit", cat([]byte{kindResponse, byte(workers.Success)}, uv(0), uv(workers.MaxErrorLen+1), make([]byte, workers.MaxErrorLen+1)), ErrMalformed},
+		{"output over the limit", cat(validResp, make([]byte, 10)), ErrPayloadTooLarge},
+	}
+	for _, tt := range responses {
+		if _, _, err := decodeServerFrame(tt.body, 5); !errors.Is(err, tt.want) {
+			t.Errorf("response %s: error = %v, want %v", tt.name, err, tt.want)
+		}
+	}
+	if _, _, err := readFrame(bytes.NewReader(frameOf(nil)), 100, nil); !errors.Is(err, ErrMalformed) {
+		t.Errorf("empty frame: error = %v, want ErrMalformed", err)
+	}
+}
+
+func TestCheckRequest(t *testing.T) {
+	tests := []struct {
+		name string
+		req  Request
+		want error
+	}{
+		{"bad type", Request{Type: "no spaces"}, workers.ErrInvalidType},
+		{"long id", Request{Type: "echo", ID: strings.Repeat("x", MaxRequestIDLen+1)}, ErrMalformed},
+		{"payload too large", Request{Type: "echo", Payload: make([]byte, 11)}, ErrPayloadTooLarge},
+		{"negative timeout", Request{Type: "echo", Timeout: -1}, ErrMalformed},
+	}
+	for _, tt := range tests {
+		if err := checkRequest(&tt.req, 10); !errors.Is(err, tt.want) {
+			t.Errorf("%s: error = %v, want %v", tt.name, err, tt.want)
+		}
+	}
+}
+
+func FuzzDecode(f *testing.F) {
+	f.Add(appendRequest(nil, &Request{ID: "id", Type: "echo", Payload: []byte("p"), Timeout: time.Second})[frameHeaderLen:])
+	f.Add(appendResponse(nil, &Response{ID: "id", Result: workers.Fail(workers.Busy, "full")})[frameHeaderLen:])
+	f.Fuzz(func(t *testing.T, body []byte) {
+		if req, err := decodeRequest(body, 64); err == nil {
+			if len(req.ID) > MaxRequestIDLen || len(req.Type) > workers.MaxTypeLen || len(req.Payload) > 64 {
+				t.Fatalf("decoded a request over its limits: %+v", req)
+			}
+		}
+		if resp, _, err := decodeServerFrame(body, 64); err == nil && resp.Outcome != 0 && !resp.Outcome.Valid() {
+			t.Fatalf("decoded an invalid outcome %d", resp.Outcome)
+		}
+	})
+}

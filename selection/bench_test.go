@@ -32,7 +32,7 @@ func benchSelectorTypes(b *testing.B, n, types int) *Selector {
 		for k := range 4 {
 			o := Success
 			if (i+k)%9 == 0 {
-				o = Retryable
+				o = RetryableError
 			}
 			st.record(o, time.Duration(1+i%13)*time.Millisecond, s.clock.Now(), cfg.Rating.Window)
 		}

@@ -15,7 +15,7 @@ func TestLabelGroups_ExhaustGroupBeforeAdvancing(t *testing.T) {
 	cfg := testConfig()
 	cfg.LabelBalancing = labelBalancing(false, true, "full", "archive")
 	s, _ := newSelector(t, cfg, tiers()...)
-	got := walk(t, s.Plan(Request{WorkType: "sha256"}), Retryable)
+	got := walk(t, s.Plan(Request{WorkType: "sha256"}), RetryableError)
 	want := []string{"f1", "f2", "a1", "a2", "u1"}
 	if !eq(got, want) {
 		t.Fatalf("pass-on-error false must retry inside a group before the next: got %v, want %v", got, want)
@@ -42,7 +42,7 @@ func TestLabelGroups_PassOnErrorJumpsGroup(t *testing.T) {
 	cfg := testConfig()
 	cfg.LabelBalancing = labelBalancing(true, true, "full", "archive")
 	s, _ := newSelector(t, cfg, tiers()...)
-	got := walk(t, s.Plan(Request{WorkType: "sha256"}), Retryable)
+	got := walk(t, s.Plan(Request{WorkType: "sha256"}), RetryableError)
 	want := []string{"f1", "a1", "u1"}
 	if !eq(got, want) {
 		t.Fatalf("pass-on-error true must jump to the next group after an error: got %v, want %v", got, want)
@@ -71,12 +71,12 @@ func TestLabelGroups_HedgeDoesNotAdvanceCursor(t *testing.T) {
 			first.Peer, hedge.Peer, hedge.Group)
 	}
 	// The first attempt fails: pass-on-error moves past "full".
-	if v := p.Report(first, Retryable, time.Millisecond); v != Retry {
+	if v := p.Report(first, RetryableError, time.Millisecond); v != Retry {
 		t.Fatalf("verdict = %s, want retry", v)
 	}
 	// The hedge, from the same group, fails late: the cursor must not move
 	// past archive because of it.
-	p.Report(hedge, Retryable, time.Millisecond)
+	p.Report(hedge, RetryableError, time.Millisecond)
 	next := mustNext(t, p)
 	if next.Peer != "a1" {
 		t.Fatalf("after errors in full, next = %s, want a1 (a late hedge error must not skip archive)", next.Peer)
@@ -88,7 +88,7 @@ func TestLabelGroups_SelectedOnceAcrossOverlappingGroups(t *testing.T) {
 	cfg.LabelBalancing = labelBalancing(false, true, "full", "archive")
 	s, _ := newSelector(t, cfg, peer("both", "full", "archive"), peer("f1", "full"), peer("a1", "archive"))
 	p := s.Plan(Request{WorkType: "sha256", Idempotent: true})
-	got := walk(t, p, Retryable)
+	got := walk(t, p, RetryableError)
 	want := []string{"both", "f1", "a1"}
 	if !eq(got, want) {
 		t.Fatalf("a peer in two groups must be tried once: got %v, want %v", got, want)
@@ -103,7 +103,7 @@ func TestLabelGroups_IncludeDefaultFalse(t *testing.T) {
 	cfg.LabelBalancing = labelBalancing(false, false, "full", "archive")
 	s, _ := newSelector(t, cfg, tiers()...)
 	p := s.Plan(Request{WorkType: "sha256"})
-	got := walk(t, p, Retryable)
+	got := walk(t, p, RetryableError)
 	if want := []string{"f1", "f2", "a1", "a2"}; !eq(got, want) {
 		t.Fatalf("include-default false must leave unlabeled peers out: got %v, want %v", got, want)
 	}
@@ -113,7 +113,7 @@ func TestLabelGroups_IncludeDefaultFalse(t *testing.T) {
 	// The same peers with include-default true: u1 is the last group.
 	cfg.LabelBalancing = labelBalancing(false, true, "full", "archive")
 	s, _ = newSelector(t, cfg, tiers()...)
-	if got := walk(t, s.Plan(Request{WorkType: "sha256"}), Retryable); got[len(got)-1] != "u1" {
+	if got := walk(t, s.Plan(Request{WorkType: "sha256"}), RetryableError); got[len(got)-1] != "u1" {
 		t.Fatalf("include-default true: got %v, want u1 last", got)
 	}
 }
@@ -123,7 +123,7 @@ func TestLabelGroups_SingleGroupPassOnError(t *testing.T) {
 	cfg.LabelBalancing = labelBalancing(true, false, "full")
 	s, _ := newSelector(t, cfg, tiers()...)
 	p := s.Plan(Request{WorkType: "sha256"})
-	got := walk(t, p, Retryable)
+	got := walk(t, p, RetryableError)
 	if want := []string{"f1"}; !eq(got, want) {
 		t.Fatalf("pass-on-error with one group: a retryable error has nowhere to go, got %v, want %v", got, want)
 	}

@@ -32,7 +32,7 @@ func TestBeyondHead_EmptyIsFinal(t *testing.T) {
 	}
 	// An error beyond the head does not start a sweep either.
 	p = s.Plan(Request{WorkType: "block", MinHead: 101, HasMinHead: true})
-	if v := p.Report(mustNext(t, p), Retryable, time.Millisecond); v != Exhausted {
+	if v := p.Report(mustNext(t, p), RetryableError, time.Millisecond); v != Exhausted {
 		t.Fatalf("error beyond head: verdict %s, want exhausted", v)
 	}
 	if pk, ok := p.Next(); ok {

@@ -299,7 +299,7 @@ func (p *Plan) Report(pk Pick, o Outcome, latency time.Duration) Verdict {
 		return Ignored
 	}
 	switch o {
-	case Success, Permanent:
+	case Success, PermanentError:
 		p.decided = true
 		return Done
 	case Empty:

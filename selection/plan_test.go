@@ -18,7 +18,7 @@ func TestPlan_ExplainsWhyNothingIsLeft(t *testing.T) {
 	s.Liveness().Report("d1", false)
 	s.Liveness().Report("d2", false)
 	p := s.Plan(Request{WorkType: "sha256", Labels: []string{"archive"}})
-	if got := walk(t, p, Retryable); len(got) != 3 {
+	if got := walk(t, p, RetryableError); len(got) != 3 {
 		t.Fatalf("tried %v, want the three reachable archive peers", got)
 	}
 	want := "6 candidates for work type sha256: 2 unreachable, 1 lacks label archive, 3 already tried"
@@ -30,7 +30,7 @@ func TestPlan_ExplainsWhyNothingIsLeft(t *testing.T) {
 	cfg.Worker.MaxRemoteWorkers = 1
 	s, _ = newSelector(t, cfg, peer("a"), peer("b"))
 	p = s.Plan(Request{WorkType: "sha256"})
-	if v := p.Report(mustNext(t, p), Retryable, time.Millisecond); v != Exhausted {
+	if v := p.Report(mustNext(t, p), RetryableError, time.Millisecond); v != Exhausted {
 		t.Fatalf("verdict %s, want exhausted with max-remote-workers 1", v)
 	}
 	// The dispatcher stops at the exhausted verdict: the explanation
@@ -63,7 +63,7 @@ func TestPlan_RetryBudget(t *testing.T) {
 	// Defaults: one remote worker, then the local fallback.
 	s, _ = newSelector(t, config.Defaults(), peer("a"), peer("b"))
 	p := s.Plan(Request{WorkType: "sha256"})
-	if got := walk(t, p, Retryable); len(got) != 1 || !p.FallbackAllowed() {
+	if got := walk(t, p, RetryableError); len(got) != 1 || !p.FallbackAllowed() {
 		t.Fatalf("defaults: tried %v, fallback %v; want one peer then the local worker", got, p.FallbackAllowed())
 	}
 }
@@ -71,7 +71,7 @@ func TestPlan_RetryBudget(t *testing.T) {
 func TestPlan_PermanentErrorIsFinal(t *testing.T) {
 	s, _ := newSelector(t, testConfig(), peer("a"), peer("b"))
 	p := s.Plan(Request{WorkType: "sha256"})
-	if v := p.Report(mustNext(t, p), Permanent, time.Millisecond); v != Done {
+	if v := p.Report(mustNext(t, p), PermanentError, time.Millisecond); v != Done {
 		t.Fatalf("verdict %s, want done", v)
 	}
 }
@@ -83,7 +83,7 @@ func TestPlan_ReportsAreCountedOnce(t *testing.T) {
 	if v := p.Report(pk, Success, time.Millisecond); v != Done {
 		t.Fatalf("verdict %s", v)
 	}
-	if v := p.Report(pk, Retryable, time.Millisecond); v != Ignored {
+	if v := p.Report(pk, RetryableError, time.Millisecond); v != Ignored {
 		t.Fatalf("second report verdict %s, want ignored", v)
 	}
 	if v := p.Report(Pick{Peer: "stranger"}, Success, 0); v != Ignored {
@@ -124,7 +124,7 @@ func TestPlan_ConcurrentAttemptsShareOnePlan(t *testing.T) {
 				mu.Lock()
 				seen[pk.Peer]++
 				mu.Unlock()
-				p.Report(pk, Retryable, time.Millisecond)
+				p.Report(pk, RetryableError, time.Millisecond)
 				s.MaybeRefresh()
 			}
 		})
@@ -181,7 +181,7 @@ func TestPlan_UpcomingPeeksWithoutSpending(t *testing.T) {
 	if got := p.Upcoming(5); !eq(got, []string{"f2", "a1"}) {
 		t.Fatalf("upcoming after %s: %v, want [f2 a1] (bounded by max-remote-workers 3)", first.Peer, got)
 	}
-	if got := walk(t, p, Retryable); !eq(got, []string{"f2", "a1"}) {
+	if got := walk(t, p, RetryableError); !eq(got, []string{"f2", "a1"}) {
 		t.Fatalf("Upcoming must not spend budget: then tried %v", got)
 	}
 }
@@ -200,7 +200,7 @@ func TestPlan_UpcomingFollowsRotation(t *testing.T) {
 			p := s.Plan(Request{WorkType: "sha256"})
 			first := mustNext(t, p)
 			ahead := p.Upcoming(cfg.Worker.MaxRemoteWorkers)
-			if got := walk(t, p, Retryable); !eq(got, ahead) {
+			if got := walk(t, p, RetryableError); !eq(got, ahead) {
 				t.Fatalf("%s: after %s, Upcoming said %v, then the plan offered %v", mode, first.Peer, ahead, got)
 			}
 		}

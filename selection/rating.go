@@ -50,7 +50,7 @@ func (s *stats) decay(now time.Time, halfLife time.Duration) {
 
 // record adds one outcome.
 func (s *stats) record(o Outcome, latency time.Duration, now time.Time, halfLife time.Duration) {
-	if o == Cancelled || o >= numOutcomes {
+	if o == Cancelled || o >= NumOutcomes {
 		return
 	}
 	s.mu.Lock()

@@ -20,7 +20,7 @@ func TestRating_OrdersByLatencyAndErrors(t *testing.T) {
 	feed(t, s, "slow", Success, 40*time.Millisecond, 5)
 	feed(t, s, "fast", Success, 2*time.Millisecond, 5)
 	feed(t, s, "flaky", Success, 2*time.Millisecond, 3)
-	feed(t, s, "flaky", Retryable, 2*time.Millisecond, 3)
+	feed(t, s, "flaky", RetryableError, 2*time.Millisecond, 3)
 	s.Refresh()
 	var order []string
 	for _, r := range s.Ranking("sha256") {
@@ -38,7 +38,7 @@ func TestRating_WindowForgetsOldFailures(t *testing.T) {
 	cfg := testConfig()
 	cfg.Rating.Window = 10 * time.Second
 	s, clk := newSelector(t, cfg, peer("a", "a"), peer("b", "b"))
-	feed(t, s, "a", Retryable, time.Millisecond, 20)
+	feed(t, s, "a", RetryableError, time.Millisecond, 20)
 	feed(t, s, "b", Success, time.Millisecond, 20)
 	s.Refresh()
 	if pk := mustNext(t, s.Plan(Request{WorkType: "sha256"})); pk.Peer != "b" {
@@ -73,7 +73,7 @@ func TestRating_UnratedPeersAreExplored(t *testing.T) {
 		t.Fatalf("concurrent pick %s, want old while new is being explored", pk2.Peer)
 	}
 	// Below rating-min-samples a peer is not judged.
-	p.Report(pk, Retryable, time.Millisecond)
+	p.Report(pk, RetryableError, time.Millisecond)
 	s.Refresh()
 	for _, r := range s.Ranking("sha256") {
 		if r.Peer == "new" && r.Rated {
@@ -120,7 +120,7 @@ func TestRating_UnreachablePeersDoNotSetTheBenchmark(t *testing.T) {
 	feed(t, s, "dead", Success, time.Millisecond, 10)
 	feed(t, s, "ok", Success, 10*time.Millisecond, 10)
 	feed(t, s, "grey", Success, 8*time.Millisecond, 5)
-	feed(t, s, "grey", Retryable, 8*time.Millisecond, 5)
+	feed(t, s, "grey", RetryableError, 8*time.Millisecond, 5)
 	s.Liveness().Report("dead", false)
 	s.Refresh()
 	if pk := mustNext(t, s.Plan(Request{WorkType: "sha256"})); pk.Peer != "ok" {
@@ -139,7 +139,7 @@ func TestRating_ConcurrentPicksWeighInFlight(t *testing.T) {
 	feed(t, s, "a", Success, time.Millisecond, 5)
 	feed(t, s, "b", Success, time.Millisecond, 5)
 	feed(t, s, "grey", Success, time.Millisecond, 5)
-	feed(t, s, "grey", Retryable, time.Millisecond, 5) // error rate 0.5: cost 2 at error weight 4
+	feed(t, s, "grey", RetryableError, time.Millisecond, 5) // error rate 0.5: cost 2 at error weight 4
 	s.Refresh()
 
 	// Picks held open, as concurrent requests hold theirs.

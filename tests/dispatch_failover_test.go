@@ -88,7 +88,7 @@ func TestFailover_EmptyAtHeadStillEscapesToFallbacks(t *testing.T) {
 	if hits.get("p1") != 1 || hits.get("p2") != 1 {
 		t.Fatalf("primary hits p1 %d p2 %d, want one each before escaping", hits.get("p1"), hits.get("p2"))
 	}
-	if len(res.Attempts) != 3 || res.Attempts[0].Outcome != "empty" || res.Attempts[2].Group != "fallback" {
+	if len(res.Attempts) != 3 || res.Attempts[0].Outcome != workers.Empty || res.Attempts[2].Group != "fallback" {
 		t.Fatalf("attempts: %s", describe(res, name))
 	}
 	if hits.get("local") != 0 {
@@ -116,7 +116,7 @@ func TestDispatch_LabelGroupsFallThroughViaRetries(t *testing.T) {
 	}
 	var got []string
 	for _, a := range res.Attempts {
-		got = append(got, name(a.Peer)+"/"+a.Group+"/"+a.Outcome)
+		got = append(got, name(a.Peer)+"/"+a.Group+"/"+a.Outcome.String())
 	}
 	if len(got) != 3 || got[2] != "f1/fallback/success" || hits.get("p1") != 1 || hits.get("p2") != 1 {
 		t.Fatalf("attempts %v, want both primaries (retryable-error) then f1 in the fallback group", got)

@@ -95,7 +95,7 @@ func TestDispatch_LocalFallbackWhenRemoteUnreachable(t *testing.T) {
 	}
 	unreachable := 0
 	for _, a := range res.Attempts {
-		if a.Outcome == "unreachable" {
+		if a.Outcome == workers.Unreachable {
 			unreachable++
 		}
 	}
@@ -149,7 +149,7 @@ func TestDispatch_WorkerKilledMidWork(t *testing.T) {
 	if got := string(res.Output); got != "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824" {
 		t.Fatalf("digest %q", got)
 	}
-	if len(res.Attempts) != 2 || name(res.Attempts[0].Peer) != first || res.Attempts[0].Outcome == "success" {
+	if len(res.Attempts) != 2 || name(res.Attempts[0].Peer) != first || res.Attempts[0].Outcome == workers.Success {
 		t.Fatalf("attempts: %s; want the killed worker's failed attempt first", describe(res, name))
 	}
 }

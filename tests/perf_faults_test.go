@@ -221,7 +221,7 @@ func benchDeadWorkers(b *testing.B, pick func(ranked []int) []int) {
 		att := map[string]int{}
 		for _, o := range outs {
 			for _, a := range o.res.Attempts {
-				att[name(a.Peer)+" "+a.Outcome]++
+				att[name(a.Peer)+" "+a.Outcome.String()]++
 			}
 		}
 		b.Logf("%s: attempts by worker and outcome: %v", gws[g].name, att)

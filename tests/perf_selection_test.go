@@ -61,7 +61,7 @@ func perfSelector(b *testing.B, n int) *selection.Selector {
 				for i, p := range plans {
 					o := selection.Success
 					if (i+round)%9 == 0 {
-						o = selection.Retryable
+						o = selection.RetryableError
 					}
 					p.Report(picks[i], o, time.Duration(1+i%13)*time.Millisecond)
 				}

@@ -1,6 +1,10 @@
 package workers
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/workmesh/workmesh/selection"
+)
 
 // Sentinel errors, for the cases callers branch on. They are always wrapped
 // with context; test them with errors.Is.
@@ -12,7 +16,7 @@ var (
 	ErrDuplicateType = errors.New("work type already registered")
 	// ErrUnknownOutcome means an outcome this version does not know (on the
 	// wire, or in text).
-	ErrUnknownOutcome = errors.New("unknown outcome")
+	ErrUnknownOutcome = selection.ErrUnknownOutcome
 	// ErrDropped, as the cause of a request's context, means the request
 	// is to be dropped without an answer: the work server resets its
 	// stream (fault injection drops work this way).

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/workmesh/workmesh/node/apiv1"
+	"github.com/workmesh/workmesh/workers"
 	"github.com/workmesh/workmesh/workers/api"
 	"github.com/workmesh/workmesh/workers/dispatch"
 )
@@ -52,7 +53,7 @@ func newBatchNode(t *testing.T) *batchNode {
 			return dispatch.WorkResult{Status: apiv1.StatusFailed, Worker: worker, Error: "boom", Duration: time.Millisecond}
 		}
 		return dispatch.WorkResult{Status: apiv1.StatusOK, Output: req.Payload, Worker: worker,
-			Attempts: []apiv1.Attempt{{Peer: worker, Outcome: "success"}}, Duration: time.Duration(n) * time.Millisecond}
+			Attempts: []apiv1.Attempt{{Peer: worker, Outcome: workers.Success}}, Duration: time.Duration(n) * time.Millisecond}
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -364,7 +364,7 @@ func summarize(r apiv1.WorkResponse, name func(string) string) string {
 		if len(tags) > 0 {
 			fmt.Fprintf(&b, " (%s)", strings.Join(tags, ", "))
 		}
-		if a.Error != "" && a.Outcome != "cancelled" {
+		if a.Error != "" && a.Outcome != apiv1.OutcomeCancelled {
 			fmt.Fprintf(&b, " [%s]", clip(a.Error, maxAttemptError))
 		}
 	}

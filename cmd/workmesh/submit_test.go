@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/workmesh/workmesh/node/apiv1"
+	"github.com/workmesh/workmesh/workers"
 	"github.com/workmesh/workmesh/workers/api"
 	"github.com/workmesh/workmesh/workers/dispatch"
 )
@@ -60,8 +61,8 @@ func runRoot(t *testing.T, stdin []byte, args ...string) (int, string, string) {
 
 func TestSubmitExitCodes(t *testing.T) {
 	attempts := []apiv1.Attempt{
-		{Peer: "12D3KooWAAAAAAAAdeadpeer", Outcome: "unreachable", DurationMS: 500, Group: "full", Error: "connect: timeout"},
-		{Peer: "12D3KooWBBBBBBBBlivepeer", Outcome: "success", DurationMS: 2.5, Group: "archive"},
+		{Peer: "12D3KooWAAAAAAAAdeadpeer", Outcome: workers.Unreachable, DurationMS: 500, Group: "full", Error: "connect: timeout"},
+		{Peer: "12D3KooWBBBBBBBBlivepeer", Outcome: workers.Success, DurationMS: 2.5, Group: "archive"},
 	}
 	for _, tc := range []struct {
 		name       string

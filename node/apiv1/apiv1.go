@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+
+	"github.com/workmesh/workmesh/selection"
 )
 
 // InfoView is the body of GET /v1/info: who this node is and how to reach it.
@@ -188,13 +190,37 @@ const (
 
 // Attempt is one try of a request on one worker.
 type Attempt struct {
-	Peer       string  `json:"peer"`
-	Outcome    string  `json:"outcome"`
+	// Peer is the worker's peer ID, or "local".
+	Peer string `json:"peer"`
+	// Outcome is how the attempt ended, by name in JSON ("busy").
+	Outcome Outcome `json:"outcome"`
+	// DurationMS is the attempt's time, in milliseconds.
 	DurationMS float64 `json:"duration_ms"`
-	Error      string  `json:"error,omitempty"`
-	Group      string  `json:"group,omitempty"`
-	Hedge      bool    `json:"hedge,omitempty"`
+	// Error says why the attempt did not succeed, when it did not.
+	Error string `json:"error,omitempty"`
+	// Group is the priority group the worker was picked from.
+	Group string `json:"group,omitempty"`
+	// Hedge marks an attempt sent while an earlier one still ran.
+	Hedge bool `json:"hedge,omitempty"`
 }
+
+// Outcome is how one attempt ended: the selection core's vocabulary,
+// which the work protocol and the dispatcher use too. The names below are
+// the ones a client branches on.
+type Outcome = selection.Outcome
+
+// Outcomes a client of the API meets in an attempt.
+const (
+	OutcomeSuccess     = selection.Success
+	OutcomeEmpty       = selection.Empty
+	OutcomeRetryable   = selection.RetryableError
+	OutcomePermanent   = selection.PermanentError
+	OutcomeBusy        = selection.Busy
+	OutcomeUnsupported = selection.Unsupported
+	OutcomeDenied      = selection.Denied
+	OutcomeUnreachable = selection.Unreachable
+	OutcomeCancelled   = selection.Cancelled
+)
 
 // What an operator asks a node, and where the local HTTP API answers it.
 const (

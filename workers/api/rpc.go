@@ -12,6 +12,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 	"github.com/workmesh/workmesh/node/apiv1"
+	"github.com/workmesh/workmesh/workers"
 	"github.com/workmesh/workmesh/workers/dispatch"
 	"github.com/workmesh/workmesh/workers/jsonrpc"
 )
@@ -198,10 +199,10 @@ func answerOf(id json.RawMessage, res dispatch.WorkResult) jsonrpc.Response {
 		return errorResponse(id, e)
 	}
 	// Every worker tried had nothing: null is the answer.
-	if allOutcomes(res.Attempts, "empty") {
+	if allOutcomes(res.Attempts, workers.Empty) {
 		return jsonrpc.Response{JSONRPC: "2.0", ID: id, Result: nullID}
 	}
-	if allOutcomes(res.Attempts, "busy") {
+	if allOutcomes(res.Attempts, workers.Busy) {
 		return errorResponse(id, workmeshErrorCode(res, jsonrpc.RPCLimitExceeded, "every worker tried is rate limited: "+res.Error))
 	}
 	// Otherwise the last upstream error heard says most about why (a
@@ -219,7 +220,7 @@ func answerOf(id json.RawMessage, res dispatch.WorkResult) jsonrpc.Response {
 }
 
 // allOutcomes reports whether there are attempts and all ended in outcome.
-func allOutcomes(as []apiv1.Attempt, outcome string) bool {
+func allOutcomes(as []apiv1.Attempt, outcome workers.Outcome) bool {
 	for _, a := range as {
 		if a.Outcome != outcome {
 			return false

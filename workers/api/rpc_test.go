@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/workmesh/workmesh/node/apiv1"
+	"github.com/workmesh/workmesh/workers"
 	"github.com/workmesh/workmesh/workers/dispatch"
 	"github.com/workmesh/workmesh/workers/jsonrpc"
 	"github.com/workmesh/workmesh/workers/workertest"
@@ -207,11 +208,11 @@ func TestRPCHandler_Answers(t *testing.T) {
 		{"empty", dispatch.WorkResult{Status: apiv1.StatusEmpty}, "null", 0, ""},
 		{"decided by a worker's upstream error", dispatch.WorkResult{Status: apiv1.StatusFailed, Worker: "p", Error: errJSON}, "", -32602, "invalid argument 0"},
 		{"revert keeps its data", dispatch.WorkResult{Status: apiv1.StatusFailed, Worker: "p", Error: revert}, "", 3, "execution reverted"},
-		{"every worker empty", dispatch.WorkResult{Status: apiv1.StatusFailed, Error: "every attempt failed", Attempts: []apiv1.Attempt{{Outcome: "empty"}, {Outcome: "empty"}}}, "null", 0, ""},
-		{"every worker busy", dispatch.WorkResult{Status: apiv1.StatusFailed, Error: "every attempt failed", Attempts: []apiv1.Attempt{{Outcome: "busy"}}}, "", jsonrpc.RPCLimitExceeded, "rate limited"},
-		{"last upstream error", dispatch.WorkResult{Status: apiv1.StatusFailed, Error: "every attempt failed", Attempts: []apiv1.Attempt{{Outcome: "retryable-error", Error: notFound}, {Outcome: "unreachable", Error: "dial"}}}, "", -32601, "method not found"},
+		{"every worker empty", dispatch.WorkResult{Status: apiv1.StatusFailed, Error: "every attempt failed", Attempts: []apiv1.Attempt{{Outcome: workers.Empty}, {Outcome: workers.Empty}}}, "null", 0, ""},
+		{"every worker busy", dispatch.WorkResult{Status: apiv1.StatusFailed, Error: "every attempt failed", Attempts: []apiv1.Attempt{{Outcome: workers.Busy}}}, "", jsonrpc.RPCLimitExceeded, "rate limited"},
+		{"last upstream error", dispatch.WorkResult{Status: apiv1.StatusFailed, Error: "every attempt failed", Attempts: []apiv1.Attempt{{Outcome: workers.RetryableError, Error: notFound}, {Outcome: workers.Unreachable, Error: "dial"}}}, "", -32601, "method not found"},
 		{"unavailable", dispatch.WorkResult{Status: apiv1.StatusUnavailable, RequestID: "r-1", Error: "no worker could take the work: 0 peers"}, "", jsonrpc.RPCInternalError, "workmesh: no worker could take the work"},
-		{"timeout", dispatch.WorkResult{Status: apiv1.StatusTimeout, Error: "no result within 10s", Attempts: []apiv1.Attempt{{Outcome: "cancelled"}}}, "", jsonrpc.RPCInternalError, "no result within 10s"},
+		{"timeout", dispatch.WorkResult{Status: apiv1.StatusTimeout, Error: "no result within 10s", Attempts: []apiv1.Attempt{{Outcome: workers.Cancelled}}}, "", jsonrpc.RPCInternalError, "no result within 10s"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			srv := rpcEndpoint(t, func(context.Context, dispatch.WorkRequest) dispatch.WorkResult { return c.res })

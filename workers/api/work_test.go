@@ -143,8 +143,8 @@ func TestAPIRejectsBadRequests(t *testing.T) {
 
 func TestAPIEncodesResults(t *testing.T) {
 	attempts := []apiv1.Attempt{
-		{Peer: "12D3KooWdead", Outcome: "unreachable", DurationMS: 1000, Error: "connect: timeout", Group: "full"},
-		{Peer: "12D3KooWlive", Outcome: "success", DurationMS: 2.5, Group: "archive", Hedge: true},
+		{Peer: "12D3KooWdead", Outcome: workers.Unreachable, DurationMS: 1000, Error: "connect: timeout", Group: "full"},
+		{Peer: "12D3KooWlive", Outcome: workers.Success, DurationMS: 2.5, Group: "archive", Hedge: true},
 	}
 	for _, tc := range []struct {
 		name   string

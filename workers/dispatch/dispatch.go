@@ -279,8 +279,8 @@ func (d *Dispatcher) remote(ctx context.Context, req WorkRequest, plan *selectio
 		wg.Wait()
 		close(results)
 		for r := range results { // attempts cut short by the decision
-			plan.Report(r.pick, selection.Cancelled, r.dur)
-			res.Attempts = append(res.Attempts, d.attemptOf(r, selection.Cancelled))
+			plan.Report(r.pick, workers.Cancelled, r.dur)
+			res.Attempts = append(res.Attempts, d.attemptOf(r, workers.Cancelled))
 		}
 	}()
 
@@ -397,9 +397,9 @@ func (d *Dispatcher) sequential(ctx context.Context, req WorkRequest, plan *sele
 func (d *Dispatcher) decided(r attemptResult, res WorkResult) WorkResult {
 	res.Worker = d.idString(r.pick.Peer)
 	switch r.outcome {
-	case selection.Success:
+	case workers.Success:
 		res.Status, res.Output = apiv1.StatusOK, r.resp.Output
-	case selection.Empty:
+	case workers.Empty:
 		res.Status = apiv1.StatusEmpty
 	default:
 		res.Status, res.Error = apiv1.StatusFailed, r.resp.Error
@@ -437,7 +437,7 @@ func (d *Dispatcher) fallback(ctx context.Context, req WorkRequest, plan *select
 		start := time.Now()
 		r := d.pool.Submit(ctx, req.Type, req.Payload)
 		res.Attempts = append(res.Attempts, apiv1.Attempt{
-			Peer: LocalWorker, Outcome: r.Outcome.String(), Error: r.Error,
+			Peer: LocalWorker, Outcome: r.Outcome, Error: r.Error,
 			DurationMS: apiv1.Millis(time.Since(start)),
 		})
 		if r.Outcome == workers.Busy && spawn < d.cfg.Worker.MaxSpawnAttempts && ctx.Err() == nil {
@@ -471,9 +471,9 @@ func (d *Dispatcher) attempt(ctx context.Context, req WorkRequest, pk selection.
 	r := attemptResult{pick: pk}
 	id := peer.ID(pk.Peer)
 	if err := dials.wait(ctx, pk.Peer); err != nil {
-		r.outcome, r.err, r.dur = selection.Unreachable, err, time.Since(start)
+		r.outcome, r.err, r.dur = workers.Unreachable, err, time.Since(start)
 		if ctx.Err() != nil {
-			r.outcome = selection.Cancelled
+			r.outcome = workers.Cancelled
 		}
 		return r
 	}
@@ -492,13 +492,13 @@ func (d *Dispatcher) attempt(ctx context.Context, req WorkRequest, pk selection.
 	r.resp, r.err = resp, err
 	switch {
 	case err != nil && ctx.Err() != nil:
-		r.outcome = selection.Cancelled // the request ended, or was decided elsewhere
+		r.outcome = workers.Cancelled // the request ended, or was decided elsewhere
 	case errors.Is(err, protocol.ErrAcceptTimeout):
-		r.outcome = selection.Unreachable
+		r.outcome = workers.Unreachable
 	case err != nil:
-		r.outcome = selection.Retryable
+		r.outcome = workers.RetryableError
 	default:
-		r.outcome = outcomeOf(resp.Outcome)
+		r.outcome = resp.Outcome // Unsupported and Denied are final for this worker only: the plan goes on
 	}
 	return r
 }
@@ -587,25 +587,8 @@ func (d *Dispatcher) connect(ctx context.Context, id string) error {
 	return nil
 }
 
-// outcomeOf maps a worker's outcome to the selection core's.
-func outcomeOf(o workers.Outcome) selection.Outcome {
-	switch o {
-	case workers.Success:
-		return selection.Success
-	case workers.Empty:
-		return selection.Empty
-	case workers.PermanentError:
-		return selection.Permanent
-	case workers.Busy:
-		return selection.Busy
-	}
-	// Retryable errors, and Unsupported or Denied: final for this worker
-	// only, so another may serve.
-	return selection.Retryable
-}
-
 func (d *Dispatcher) attemptOf(r attemptResult, o selection.Outcome) apiv1.Attempt {
-	a := apiv1.Attempt{Peer: d.idString(r.pick.Peer), Outcome: o.String(), DurationMS: apiv1.Millis(r.dur), Group: r.pick.Group, Hedge: r.pick.Hedge}
+	a := apiv1.Attempt{Peer: d.idString(r.pick.Peer), Outcome: o, DurationMS: apiv1.Millis(r.dur), Group: r.pick.Group, Hedge: r.pick.Hedge}
 	switch {
 	case r.err != nil:
 		a.Error = r.err.Error()

@@ -147,7 +147,7 @@ func (m *dispatchMetrics) request(workType string, res WorkResult, beyondHead bo
 	m.duration.WithLabelValues(workType).Observe(res.Duration.Seconds())
 	local := false
 	for _, a := range res.Attempts {
-		m.attempts.WithLabelValues(a.Outcome, a.Peer).Inc()
+		m.attempts.WithLabelValues(a.Outcome.String(), a.Peer).Inc()
 		if a.Peer == LocalWorker {
 			local = true
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/workmesh/workmesh/node"
 	"github.com/workmesh/workmesh/node/apiv1"
 	"github.com/workmesh/workmesh/selection"
+	"github.com/workmesh/workmesh/workers"
 	"github.com/workmesh/workmesh/workers/builtin"
 	"github.com/workmesh/workmesh/workers/pool"
 	"github.com/workmesh/workmesh/workers/workertest"
@@ -30,20 +31,20 @@ func TestDispatchMetricsCountsARequest(t *testing.T) {
 	m.request("sha256", WorkResult{
 		Status: apiv1.StatusOK, Worker: "peerB", Duration: 3 * time.Millisecond,
 		Attempts: []apiv1.Attempt{
-			{Peer: "peerA", Outcome: "cancelled"},
-			{Peer: "peerB", Outcome: "success", Hedge: true},
+			{Peer: "peerA", Outcome: workers.Cancelled},
+			{Peer: "peerB", Outcome: workers.Success, Hedge: true},
 		},
 	}, false)
 	m.request("sha256", WorkResult{
 		Status: apiv1.StatusOK, Worker: LocalWorker,
 		Attempts: []apiv1.Attempt{
-			{Peer: "peerA", Outcome: "retryable-error"},
-			{Peer: "peerC", Outcome: "cancelled", Hedge: true},
-			{Peer: LocalWorker, Outcome: "success"},
+			{Peer: "peerA", Outcome: workers.RetryableError},
+			{Peer: "peerC", Outcome: workers.Cancelled, Hedge: true},
+			{Peer: LocalWorker, Outcome: workers.Success},
 		},
 	}, false)
 	m.request("chain", WorkResult{Status: apiv1.StatusEmpty, Worker: "peerA",
-		Attempts: []apiv1.Attempt{{Peer: "peerA", Outcome: "empty"}}}, true)
+		Attempts: []apiv1.Attempt{{Peer: "peerA", Outcome: workers.Empty}}}, true)
 
 	mfs := gather(t, m.requests, m.duration, m.attempts, m.hedgesFired, m.hedgesWon, m.fallbacks, m.beyondHead)
 	for _, c := range []struct {

@@ -37,7 +37,7 @@ func TestCodec_RequestRoundTrip(t *testing.T) {
 }
 
 func TestCodec_ResponseRoundTrip(t *testing.T) {
-	for o := workers.Outcome(1); o < workers.NumOutcomes; o++ {
+	for o := workers.Success; o <= workers.Denied; o++ { // the outcomes a worker answers
 		want := Response{ID: "r-" + o.String(), Result: workers.Result{Outcome: o, Output: []byte("out " + o.String()), Error: "why " + o.String()}}
 		frame := appendResponse(nil, &want)
 		body, _, err := readFrame(bytes.NewReader(frame), frameLimit(workers.DefaultMaxPayload), nil)
@@ -171,7 +171,8 @@ func TestCodec_MalformedBodies(t *testing.T) {
 		body []byte
 		want error
 	}{
-		{"unknown outcome", cat([]byte{kindResponse, byte(workers.NumOutcomes)}, validResp[2:]), workers.ErrUnknownOutcome},
+		{"unknown outcome", cat([]byte{kindResponse, 8}, validResp[2:]), workers.ErrUnknownOutcome},
+		{"a dispatcher's outcome", cat([]byte{kindResponse, 255}, validResp[2:]), workers.ErrUnknownOutcome},
 		{"zero outcome", cat([]byte{kindResponse, 0}, validResp[2:]), workers.ErrUnknownOutcome},
 		{"outcome 255", cat([]byte{kindResponse, 255}, validResp[2:]), workers.ErrUnknownOutcome},
 		{"request kind", validReq, ErrMalformed},

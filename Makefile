@@ -59,7 +59,7 @@ clean:
 FUZZTIME ?= 20s
 ## fuzz: each fuzz target for FUZZTIME (their seed corpora also run in make test)
 fuzz:
-	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./workers/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./workers/protocol/
 	$(GO) test -run '^$$' -fuzz '^FuzzOpenNodeData$$' -fuzztime $(FUZZTIME) ./node/
 	$(GO) test -run '^$$' -fuzz '^FuzzLoadYAML$$' -fuzztime $(FUZZTIME) ./config/
 

@@ -1,16 +1,17 @@
-// Package workers holds work types and their handlers, the local worker pool, the work protocol (client and server) and the dispatcher that turns a submitted request into attempts on remote workers or the local one.
+// Package workers is the vocabulary of work that every other part of a
+// node speaks: a Handler runs one work type and returns a Result with an
+// Outcome; a Registry maps type names to handlers; Traits say what a type
+// promises (idempotent, so it may be hedged; deterministic); a Gate
+// counts work in progress for a clean stop; and the sentinel errors.
 //
-// The pieces, bottom up:
+// The parts that act on work live in packages of their own below this
+// one, one idea each: builtin (echo, sha256, sleep), pool (the local
+// worker), protocol (the work wire: codec, server, client), access (who
+// may send work), faults (fault injection), httpwork and jsonrpc (two
+// work types), dispatch (a request -> attempts -> one result) and api (the
+// HTTP routes). workertest holds the fixtures their tests share.
 //
-//   - Outcome and Result: how one execution ended (success, empty,
-//     retryable or permanent error, busy, unsupported, denied).
-//   - Handler, Registry and the built-in types echo, sha256 and sleep. A
-//     handler of a type with positions may also implement HeadReporter.
-//   - Pool, the local worker: bounded concurrency and a bounded FIFO queue
-//     that answers Busy at once when full; handler panics become permanent
-//     errors.
-//   - The work protocol /workmesh/<network>/work/1.0.0: one request and one
-//     response per stream, length-prefixed and size-bounded before any
-//     allocation (codec.go), served by Server from a Pool and called by
-//     Client (protocol.go, where the exchange is described).
+// This package imports only the selection core (whose Outcome type it
+// names) and the standard library: no libp2p, no net/http. Everything in
+// workers/... may import it; it imports nothing of workers/....
 package workers

@@ -364,7 +364,7 @@ func summarize(r apiv1.WorkResponse, name func(string) string) string {
 		if len(tags) > 0 {
 			fmt.Fprintf(&b, " (%s)", strings.Join(tags, ", "))
 		}
-		if a.Error != "" && a.Outcome != apiv1.OutcomeCancelled {
+		if a.Error != "" && a.Outcome != workers.Cancelled {
 			fmt.Fprintf(&b, " [%s]", clip(a.Error, maxAttemptError))
 		}
 	}

@@ -204,23 +204,10 @@ type Attempt struct {
 	Hedge bool `json:"hedge,omitempty"`
 }
 
-// Outcome is how one attempt ended: the selection core's vocabulary,
-// which the work protocol and the dispatcher use too. The names below are
-// the ones a client branches on.
+// Outcome is how one attempt ended, by name in JSON: the selection
+// core's type, which the work protocol, the dispatcher and the workers
+// vocabulary use too (workers.Busy and the rest name its values).
 type Outcome = selection.Outcome
-
-// Outcomes a client of the API meets in an attempt.
-const (
-	OutcomeSuccess     = selection.Success
-	OutcomeEmpty       = selection.Empty
-	OutcomeRetryable   = selection.RetryableError
-	OutcomePermanent   = selection.PermanentError
-	OutcomeBusy        = selection.Busy
-	OutcomeUnsupported = selection.Unsupported
-	OutcomeDenied      = selection.Denied
-	OutcomeUnreachable = selection.Unreachable
-	OutcomeCancelled   = selection.Cancelled
-)
 
 // What an operator asks a node, and where the local HTTP API answers it.
 const (

@@ -2,48 +2,26 @@ package node
 
 import (
 	"bytes"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+
+	"github.com/workmesh/workmesh/node/frame"
 )
 
 // ErrFrameTooLarge is returned when a peer announces a message larger than
 // the protocol allows; nothing is allocated for it.
-var ErrFrameTooLarge = errors.New("message larger than allowed")
+var ErrFrameTooLarge = frame.ErrTooLarge
 
-// writeFrame writes b with a 4-byte big-endian length in front.
-func writeFrame(w io.Writer, b []byte) error {
-	var hdr [4]byte
-	binary.BigEndian.PutUint32(hdr[:], uint32(len(b)))
-	if _, err := w.Write(hdr[:]); err != nil {
-		return err
-	}
-	_, err := w.Write(b)
-	return err
-}
+// writeFrame writes b as one frame.
+func writeFrame(w io.Writer, b []byte) error { return frame.Write(w, b) }
 
-// readFrame reads one length-prefixed message of at most max bytes. The
-// length is checked before the buffer is allocated. io.EOF means the peer
-// closed the stream cleanly before a new message.
+// readFrame reads one frame of 1 to max bytes (frame.Read). io.EOF means
+// the peer closed the stream cleanly before a new message.
 func readFrame(r io.Reader, max int) ([]byte, error) {
-	var hdr [4]byte
-	if _, err := io.ReadFull(r, hdr[:]); err != nil {
-		return nil, err
-	}
-	n := binary.BigEndian.Uint32(hdr[:])
-	if uint64(n) > uint64(max) {
-		return nil, fmt.Errorf("%w: %d bytes, at most %d", ErrFrameTooLarge, n, max)
-	}
-	b := make([]byte, n)
-	if _, err := io.ReadFull(r, b); err != nil {
-		if errors.Is(err, io.EOF) {
-			err = io.ErrUnexpectedEOF
-		}
-		return nil, err
-	}
-	return b, nil
+	b, _, err := frame.Read(r, max, nil)
+	return b, err
 }
 
 // writeJSONFrame encodes v as JSON in one frame.

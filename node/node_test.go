@@ -1,11 +1,9 @@
 package node
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
-	"errors"
 	"io"
 	"net/http"
 	"os"
@@ -80,28 +78,6 @@ func TestIdentityCreatedOnceAndReused(t *testing.T) {
 	}
 	if _, err := LoadOrCreateIdentity(dir); err == nil {
 		t.Error("a corrupt identity file was accepted (or silently replaced)")
-	}
-}
-
-func TestReadFrameRejectsOversizedBeforeReading(t *testing.T) {
-	var hdr [4]byte
-	binary.BigEndian.PutUint32(hdr[:], 1<<30)
-	// Only the header is there: reading the body would fail with EOF, so
-	// ErrFrameTooLarge proves the size was checked first.
-	_, err := readFrame(bytes.NewReader(hdr[:]), 1024)
-	if !errors.Is(err, ErrFrameTooLarge) {
-		t.Fatalf("err %v, want ErrFrameTooLarge", err)
-	}
-	var buf bytes.Buffer
-	if err := writeFrame(&buf, []byte("hello")); err != nil {
-		t.Fatal(err)
-	}
-	b, err := readFrame(&buf, 5)
-	if err != nil || string(b) != "hello" {
-		t.Fatalf("round trip: %q, %v", b, err)
-	}
-	if _, err := readFrame(&buf, 5); !errors.Is(err, io.EOF) {
-		t.Errorf("empty stream: %v, want EOF", err)
 	}
 }
 

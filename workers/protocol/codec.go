@@ -2,13 +2,12 @@ package protocol
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
 	"sync"
 	"time"
 
-	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/workmesh/workmesh/node/frame"
 	"github.com/workmesh/workmesh/workers"
 )
 
@@ -32,8 +31,6 @@ const (
 	kindRequest  byte = 0x01
 	kindAccept   byte = 0x02
 	kindResponse byte = 0x03
-
-	frameHeaderLen = 4
 
 	// MaxRequestIDLen is the longest request ID, in bytes.
 	MaxRequestIDLen = 128
@@ -198,56 +195,13 @@ func appendResponse(dst []byte, r *Response) []byte {
 	return endFrame(dst, start)
 }
 
-// memScope is the part of a libp2p resource scope that accounts memory
-// (network.StreamScope has it).
-type memScope interface {
-	ReserveMemory(size int, prio uint8) error
-	ReleaseMemory(size int)
-}
+// frameHeaderLen is the length prefix of a frame (frame.HeaderLen).
+const frameHeaderLen = frame.HeaderLen
 
-// reserveThreshold is the body size from which readFrame reserves memory
-// in the stream's resource scope; smaller bodies are not worth the call.
-const reserveThreshold = 64 << 10
-
-// readFrame reads one frame from r and returns its body. A length above
-// limit is refused before anything is allocated for the body; a body of
-// reserveThreshold bytes or more is first reserved in mem (when not nil),
-// and the caller must release the returned reserved bytes when done with
-// the body. A stream that ends before the first byte gives io.EOF; one that
-// ends inside the frame gives ErrTruncated. Other read errors are returned
-// as they are.
-func readFrame(r io.Reader, limit int, mem memScope) (body []byte, reserved int, err error) {
-	var hdr [frameHeaderLen]byte
-	if _, err := io.ReadFull(r, hdr[:]); err != nil {
-		if errors.Is(err, io.ErrUnexpectedEOF) {
-			return nil, 0, fmt.Errorf("frame header: %w", ErrTruncated)
-		}
-		return nil, 0, err
-	}
-	n := binary.BigEndian.Uint32(hdr[:])
-	if n == 0 {
-		return nil, 0, fmt.Errorf("empty frame: %w", ErrMalformed)
-	}
-	if uint64(n) > uint64(limit) {
-		return nil, 0, fmt.Errorf("frame of %d bytes exceeds the limit of %d: %w", n, limit, ErrFrameTooLarge)
-	}
-	if mem != nil && n >= reserveThreshold {
-		if err := mem.ReserveMemory(int(n), network.ReservationPriorityHigh); err != nil {
-			return nil, 0, fmt.Errorf("reserve %d bytes for a frame: %w", n, err)
-		}
-		reserved = int(n)
-	}
-	body = make([]byte, n)
-	if got, err := io.ReadFull(r, body); err != nil {
-		if reserved > 0 {
-			mem.ReleaseMemory(reserved)
-		}
-		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
-			return nil, 0, fmt.Errorf("frame body: got %d of %d bytes: %w", got, n, ErrTruncated)
-		}
-		return nil, 0, err
-	}
-	return body, reserved, nil
+// readFrame reads one frame of the work protocol (frame.Read, the one
+// frame reader of every workmesh protocol).
+func readFrame(r io.Reader, limit int, mem frame.Memory) ([]byte, int, error) {
+	return frame.Read(r, limit, mem)
 }
 
 // decoder reads the fields of one frame body; the first error sticks.

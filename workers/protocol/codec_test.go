@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -68,62 +67,6 @@ func TestCodec_ResponseRoundTrip(t *testing.T) {
 // frameOf wraps body in a frame header.
 func frameOf(body []byte) []byte {
 	return append(binary.BigEndian.AppendUint32(nil, uint32(len(body))), body...)
-}
-
-func TestCodec_OversizedLengthRejectedBeforeAllocation(t *testing.T) {
-	claim := binary.BigEndian.AppendUint32(nil, 1<<30) // 1 GiB, then nothing
-	var before, after runtime.MemStats
-	runtime.ReadMemStats(&before)
-	_, _, err := readFrame(bytes.NewReader(claim), frameLimit(workers.DefaultMaxPayload), nil)
-	runtime.ReadMemStats(&after)
-	if !errors.Is(err, ErrFrameTooLarge) {
-		t.Fatalf("error = %v, want ErrFrameTooLarge", err)
-	}
-	if grew := after.TotalAlloc - before.TotalAlloc; grew > 64<<10 {
-		t.Fatalf("reading a 1 GiB claim allocated %d bytes", grew)
-	}
-
-	// The limit is exact: one byte over is refused, the limit itself is read.
-	limit := 100
-	if _, _, err := readFrame(bytes.NewReader(frameOf(make([]byte, limit+1))), limit, nil); !errors.Is(err, ErrFrameTooLarge) {
-		t.Errorf("limit+1: error = %v, want ErrFrameTooLarge", err)
-	}
-	if _, _, err := readFrame(bytes.NewReader(frameOf(make([]byte, limit))), limit, nil); err != nil {
-		t.Errorf("exactly the limit: %v", err)
-	}
-}
-
-// countingScope records memory reservations.
-type countingScope struct {
-	reserved, released int
-	refuse             bool
-}
-
-func (s *countingScope) ReserveMemory(n int, _ uint8) error {
-	if s.refuse {
-		return errors.New("resource limit exceeded")
-	}
-	s.reserved += n
-	return nil
-}
-func (s *countingScope) ReleaseMemory(n int) { s.released += n }
-
-func TestCodec_LargeFramesReserveMemory(t *testing.T) {
-	big := frameOf(make([]byte, reserveThreshold))
-	scope := &countingScope{}
-	_, reserved, err := readFrame(bytes.NewReader(big), frameLimit(workers.DefaultMaxPayload), scope)
-	workertest.Must(t, err)
-	if reserved != reserveThreshold || scope.reserved != reserveThreshold {
-		t.Errorf("reserved %d (scope %d), want %d", reserved, scope.reserved, reserveThreshold)
-	}
-	// Truncated after the reservation: it is given back.
-	scope = &countingScope{}
-	if _, _, err := readFrame(bytes.NewReader(big[:1000]), frameLimit(workers.DefaultMaxPayload), scope); !errors.Is(err, ErrTruncated) || scope.released != scope.reserved {
-		t.Errorf("truncated: err=%v reserved=%d released=%d", err, scope.reserved, scope.released)
-	}
-	if _, _, err := readFrame(bytes.NewReader(big), frameLimit(workers.DefaultMaxPayload), &countingScope{refuse: true}); err == nil {
-		t.Error("a refused reservation did not fail the read")
-	}
 }
 
 func TestCodec_Truncated(t *testing.T) {

@@ -1,0 +1,90 @@
+package frame
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/libp2p/go-libp2p/core/network"
+)
+
+// HeaderLen is the length prefix of every frame: four bytes, big-endian,
+// so a reader takes it in one read and compares it with its limit before
+// it allocates the body.
+const HeaderLen = 4
+
+// ReserveThreshold is the body size from which Read reserves the body's
+// memory in the stream's resource scope first: smaller frames are not
+// worth the accounting.
+const ReserveThreshold = 64 << 10
+
+// Sentinel errors of a frame; test them with errors.Is.
+var (
+	// ErrTooLarge means a frame claims, or would need, more bytes than the
+	// limit. It is checked before anything is allocated.
+	ErrTooLarge = errors.New("message too large")
+	// ErrTruncated means the stream ended in the middle of a frame.
+	ErrTruncated = errors.New("message truncated")
+	// ErrMalformed means a frame is not a valid message: an empty frame
+	// here, a bad field to the protocols that decode the body.
+	ErrMalformed = errors.New("malformed message")
+)
+
+// Memory is the part of a libp2p resource scope that accounts memory
+// (network.StreamScope has it).
+type Memory interface {
+	ReserveMemory(size int, prio uint8) error
+	ReleaseMemory(size int)
+}
+
+// Read reads one frame of 1 to limit bytes and returns its body. A body of
+// ReserveThreshold bytes or more is first reserved in mem (when not nil),
+// and the caller releases the returned reserved bytes when done with the
+// body. A stream that ends before the first byte gives io.EOF (a clean end
+// between messages); one that ends inside the frame gives ErrTruncated.
+// Other read errors are returned as they are.
+func Read(r io.Reader, limit int, mem Memory) (body []byte, reserved int, err error) {
+	var hdr [HeaderLen]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		if errors.Is(err, io.ErrUnexpectedEOF) {
+			return nil, 0, fmt.Errorf("frame header: %w", ErrTruncated)
+		}
+		return nil, 0, err
+	}
+	n := binary.BigEndian.Uint32(hdr[:])
+	if n == 0 {
+		return nil, 0, fmt.Errorf("empty frame: %w", ErrMalformed)
+	}
+	if uint64(n) > uint64(limit) {
+		return nil, 0, fmt.Errorf("frame of %d bytes exceeds the limit of %d: %w", n, limit, ErrTooLarge)
+	}
+	if mem != nil && n >= ReserveThreshold {
+		if err := mem.ReserveMemory(int(n), network.ReservationPriorityHigh); err != nil {
+			return nil, 0, fmt.Errorf("reserve %d bytes for a frame: %w", n, err)
+		}
+		reserved = int(n)
+	}
+	body = make([]byte, n)
+	if got, err := io.ReadFull(r, body); err != nil {
+		if reserved > 0 {
+			mem.ReleaseMemory(reserved)
+		}
+		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+			return nil, 0, fmt.Errorf("frame body: got %d of %d bytes: %w", got, n, ErrTruncated)
+		}
+		return nil, 0, err
+	}
+	return body, reserved, nil
+}
+
+// Write writes b as one frame.
+func Write(w io.Writer, b []byte) error {
+	var hdr [HeaderLen]byte
+	binary.BigEndian.PutUint32(hdr[:], uint32(len(b)))
+	if _, err := w.Write(hdr[:]); err != nil {
+		return err
+	}
+	_, err := w.Write(b)
+	return err
+}

@@ -1,0 +1,102 @@
+package frame
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"io"
+	"runtime"
+	"testing"
+)
+
+// frameOf wraps body in a frame header.
+func frameOf(body []byte) []byte {
+	return append(binary.BigEndian.AppendUint32(nil, uint32(len(body))), body...)
+}
+
+// TestRead_EmptyFrameIsMalformed: a zero length is never a message.
+func TestRead_EmptyFrameIsMalformed(t *testing.T) {
+	if _, _, err := Read(bytes.NewReader(frameOf(nil)), 10, nil); !errors.Is(err, ErrMalformed) {
+		t.Errorf("empty frame: %v, want ErrMalformed", err)
+	}
+}
+
+func TestRead_OversizedLengthRejectedBeforeAllocation(t *testing.T) {
+	claim := binary.BigEndian.AppendUint32(nil, 1<<30) // 1 GiB, then nothing
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, _, err := Read(bytes.NewReader(claim), 1<<20, nil)
+	runtime.ReadMemStats(&after)
+	if !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("error = %v, want ErrTooLarge", err)
+	}
+	if grew := after.TotalAlloc - before.TotalAlloc; grew > 64<<10 {
+		t.Fatalf("reading a 1 GiB claim allocated %d bytes", grew)
+	}
+
+	// The limit is exact: one byte over is refused, the limit itself is read.
+	limit := 100
+	if _, _, err := Read(bytes.NewReader(frameOf(make([]byte, limit+1))), limit, nil); !errors.Is(err, ErrTooLarge) {
+		t.Errorf("limit+1: error = %v, want ErrTooLarge", err)
+	}
+	if _, _, err := Read(bytes.NewReader(frameOf(make([]byte, limit))), limit, nil); err != nil {
+		t.Errorf("exactly the limit: %v", err)
+	}
+}
+
+// countingScope records memory reservations.
+type countingScope struct {
+	reserved, released int
+	refuse             bool
+}
+
+func (s *countingScope) ReserveMemory(n int, _ uint8) error {
+	if s.refuse {
+		return errors.New("resource limit exceeded")
+	}
+	s.reserved += n
+	return nil
+}
+func (s *countingScope) ReleaseMemory(n int) { s.released += n }
+
+func TestRead_LargeFramesReserveMemory(t *testing.T) {
+	big := frameOf(make([]byte, ReserveThreshold))
+	scope := &countingScope{}
+	_, reserved, err := Read(bytes.NewReader(big), 1<<20, scope)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reserved != ReserveThreshold || scope.reserved != ReserveThreshold {
+		t.Errorf("reserved %d (scope %d), want %d", reserved, scope.reserved, ReserveThreshold)
+	}
+	// Truncated after the reservation: it is given back.
+	scope = &countingScope{}
+	if _, _, err := Read(bytes.NewReader(big[:1000]), 1<<20, scope); !errors.Is(err, ErrTruncated) || scope.released != scope.reserved {
+		t.Errorf("truncated: err=%v reserved=%d released=%d", err, scope.reserved, scope.released)
+	}
+	if _, _, err := Read(bytes.NewReader(big), 1<<20, &countingScope{refuse: true}); err == nil {
+		t.Error("a refused reservation did not fail the read")
+	}
+}
+
+func TestRead_RoundTripAndCleanEnd(t *testing.T) {
+	var hdr [4]byte
+	binary.BigEndian.PutUint32(hdr[:], 1<<30)
+	// Only the header is there: reading the body would fail with EOF, so
+	// ErrTooLarge proves the size was checked first.
+	_, _, err := Read(bytes.NewReader(hdr[:]), 1024, nil)
+	if !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("err %v, want ErrTooLarge", err)
+	}
+	var buf bytes.Buffer
+	if err := Write(&buf, []byte("hello")); err != nil {
+		t.Fatal(err)
+	}
+	b, _, err := Read(&buf, 5, nil)
+	if err != nil || string(b) != "hello" {
+		t.Fatalf("round trip: %q, %v", b, err)
+	}
+	if _, _, err := Read(&buf, 5, nil); !errors.Is(err, io.EOF) {
+		t.Errorf("empty stream: %v, want EOF", err)
+	}
+}

@@ -3,11 +3,11 @@ package jsonrpc
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 
+	"github.com/workmesh/workmesh/node/httpapi"
 	"github.com/workmesh/workmesh/workers"
 )
 
@@ -117,7 +117,7 @@ func ParseCall(raw json.RawMessage) (Call, *RPCError) {
 		} else {
 			c.ID = nil
 		}
-		return c, &RPCError{Code: RPCInvalidRequest, Message: "invalid request: " + describeJSONError(err)}
+		return c, &RPCError{Code: RPCInvalidRequest, Message: "invalid request: " + httpapi.DescribeJSONError(err)}
 	}
 	if c.ID != nil && !validID(c.ID) {
 		c.ID = nil
@@ -328,13 +328,4 @@ func compactJSON(v json.RawMessage) []byte {
 		return v
 	}
 	return b.Bytes()
-}
-
-// describeJSONError turns a decode error of one field into a short
-// message. TODO(restructure): one copy, in the HTTP house.
-func describeJSONError(err error) string {
-	if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok {
-		return fmt.Sprintf("want %s, got JSON %s", te.Type, te.Value)
-	}
-	return err.Error()
 }

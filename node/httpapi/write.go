@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 
@@ -18,6 +19,14 @@ func WriteJSON(w http.ResponseWriter, code int, v any) error {
 	return write(w, code, v, "  ")
 }
 
+// WriteCompactJSON answers with status code and v as JSON on one line, for
+// a body a program reads whose form a protocol of its own defines (a
+// JSON-RPC 2.0 response), not the API's error shape. It returns the error
+// of encoding or writing v, as WriteJSON does.
+func WriteCompactJSON(w http.ResponseWriter, code int, v any) error {
+	return write(w, code, v, "")
+}
+
 // WriteError answers with status code and an ErrorBody on one line: the
 // message is fmt.Sprintf(format, args...), and field, when not empty, names
 // the request field at fault. Every 4xx and 5xx of the API is written by it.
@@ -25,7 +34,18 @@ func WriteError(w http.ResponseWriter, code int, field, format string, args ...a
 	_ = write(w, code, ErrorBody{Error: fmt.Sprintf(format, args...), Field: field}, "")
 }
 
-// write is the one JSON writer behind WriteJSON and WriteError.
+// DescribeJSONError turns the error of decoding one field of a request
+// into a short message for the client: the type the field wants and the
+// JSON kind it got, or the decoder's own message for any other error.
+func DescribeJSONError(err error) string {
+	if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok {
+		return fmt.Sprintf("want %s, got JSON %s", te.Type, te.Value)
+	}
+	return err.Error()
+}
+
+// write is the one JSON writer behind WriteJSON, WriteCompactJSON and
+// WriteError.
 func write(w http.ResponseWriter, code int, v any, indent string) error {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)

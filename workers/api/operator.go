@@ -1,7 +1,6 @@
 package api
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -12,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/sirupsen/logrus"
 	"github.com/workmesh/workmesh/node/apiv1"
+	"github.com/workmesh/workmesh/node/httpapi"
 	"github.com/workmesh/workmesh/workers"
 	"github.com/workmesh/workmesh/workers/dispatch"
 )
@@ -73,23 +73,23 @@ const maxPlanQuery = 4 << 10
 
 func (o *Operator) servePlan(w http.ResponseWriter, r *http.Request) {
 	if len(r.URL.RawQuery) > maxPlanQuery {
-		o.write(w, http.StatusRequestURITooLong, apiv1.Error{Error: fmt.Sprintf("query: longer than %d bytes", maxPlanQuery)})
+		httpapi.WriteError(w, http.StatusRequestURITooLong, "", "query: longer than %d bytes", maxPlanQuery)
 		return
 	}
 	q := r.URL.Query()
 	for k := range q {
 		if k != "type" && k != "labels" && k != "min_head" {
-			o.write(w, http.StatusBadRequest, apiv1.Error{Error: k + ": unknown parameter (the parameters are type, labels, min_head)", Field: k})
+			httpapi.WriteError(w, http.StatusBadRequest, k, "%s: unknown parameter (the parameters are type, labels, min_head)", k)
 			return
 		}
 	}
 	req := apiv1.PlanRequest{Type: q.Get("type")}
 	if req.Type == "" {
-		o.write(w, http.StatusBadRequest, apiv1.Error{Error: "type: required (e.g. ?type=sha256)", Field: "type"})
+		httpapi.WriteError(w, http.StatusBadRequest, "type", "type: required (e.g. ?type=sha256)")
 		return
 	}
 	if err := workers.ValidateTypeName(req.Type); err != nil {
-		o.write(w, http.StatusBadRequest, apiv1.Error{Error: "type: " + err.Error(), Field: "type"})
+		httpapi.WriteError(w, http.StatusBadRequest, "type", "type: %v", err)
 		return
 	}
 	for _, s := range q["labels"] {
@@ -100,19 +100,19 @@ func (o *Operator) servePlan(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if len(req.Labels) > maxLabels {
-		o.write(w, http.StatusBadRequest, apiv1.Error{Error: fmt.Sprintf("labels: %d labels, more than %d", len(req.Labels), maxLabels), Field: "labels"})
+		httpapi.WriteError(w, http.StatusBadRequest, "labels", "labels: %d labels, more than %d", len(req.Labels), maxLabels)
 		return
 	}
 	for i, l := range req.Labels {
 		if len(l) > maxLabelLen {
-			o.write(w, http.StatusBadRequest, apiv1.Error{Error: fmt.Sprintf("labels: entry %d: longer than %d bytes", i, maxLabelLen), Field: "labels"})
+			httpapi.WriteError(w, http.StatusBadRequest, "labels", "labels: entry %d: longer than %d bytes", i, maxLabelLen)
 			return
 		}
 	}
 	if s := q.Get("min_head"); s != "" {
 		n, err := strconv.ParseUint(s, 10, 64)
 		if err != nil {
-			o.write(w, http.StatusBadRequest, apiv1.Error{Error: fmt.Sprintf("min_head: %q: want a non-negative integer", s), Field: "min_head"})
+			httpapi.WriteError(w, http.StatusBadRequest, "min_head", "min_head: %q: want a non-negative integer", s)
 			return
 		}
 		req.MinHead = &n
@@ -135,12 +135,9 @@ func (o *Operator) serveStatus(w http.ResponseWriter, _ *http.Request) {
 	o.write(w, http.StatusOK, v)
 }
 
+// write answers with a view of the node (its peers, a plan, its status).
 func (o *Operator) write(w http.ResponseWriter, code int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(v); err != nil {
+	if err := httpapi.WriteJSON(w, code, v); err != nil {
 		o.cfg.log.Debugf("operator API: write response: %v", err)
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 	"github.com/workmesh/workmesh/node/apiv1"
+	"github.com/workmesh/workmesh/node/httpapi"
 	"github.com/workmesh/workmesh/workers"
 	"github.com/workmesh/workmesh/workers/dispatch"
 	"github.com/workmesh/workmesh/workers/jsonrpc"
@@ -247,10 +248,11 @@ func errorResponse(id json.RawMessage, e *jsonrpc.RPCError) jsonrpc.Response {
 	return jsonrpc.Response{JSONRPC: "2.0", ID: id, Error: e}
 }
 
+// write answers with a JSON-RPC 2.0 body (a response, an error response or
+// a batch of them), on one line: JSON-RPC clients read it, and its errors
+// are JSON-RPC's, not the API's error shape.
 func (h *RPC) write(w http.ResponseWriter, code int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	if err := json.NewEncoder(w).Encode(v); err != nil {
+	if err := httpapi.WriteCompactJSON(w, code, v); err != nil {
 		h.cfg.log.Debugf("JSON-RPC endpoint: write response: %v", err)
 	}
 }

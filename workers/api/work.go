@@ -18,6 +18,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 	"github.com/workmesh/workmesh/node/apiv1"
+	"github.com/workmesh/workmesh/node/httpapi"
 	"github.com/workmesh/workmesh/workers"
 	"github.com/workmesh/workmesh/workers/dispatch"
 	"github.com/workmesh/workmesh/workers/protocol"
@@ -102,12 +103,12 @@ func (a *Work) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case apiv1.WorkStatsPath:
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			w.Header().Set("Allow", "GET, HEAD")
-			a.writeJSON(w, http.StatusMethodNotAllowed, apiv1.Error{Error: r.Method + " " + apiv1.WorkStatsPath + ": want GET"})
+			httpapi.WriteError(w, http.StatusMethodNotAllowed, "", "%s %s: want GET", r.Method, apiv1.WorkStatsPath)
 			return
 		}
 		a.writeJSON(w, http.StatusOK, a.Stats())
 	default:
-		a.writeJSON(w, http.StatusNotFound, apiv1.Error{Error: "no such path: " + r.URL.Path})
+		httpapi.WriteError(w, http.StatusNotFound, "", "no such path: %s", r.URL.Path)
 	}
 }
 
@@ -156,13 +157,13 @@ func (a *Work) serveWork(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		a.count("", reasonMethod)
 		w.Header().Set("Allow", http.MethodPost)
-		a.writeJSON(w, http.StatusMethodNotAllowed, apiv1.Error{Error: r.Method + " " + apiv1.WorkPath + ": want POST with a JSON body"})
+		httpapi.WriteError(w, http.StatusMethodNotAllowed, "", "%s %s: want POST with a JSON body", r.Method, apiv1.WorkPath)
 		return
 	}
 	req, bad := a.parse(w, r)
 	if bad != nil {
 		a.count("", bad.reason)
-		a.writeJSON(w, bad.code, bad.Error)
+		httpapi.WriteError(w, bad.code, bad.Field, "%s", bad.Error.Error)
 		return
 	}
 	res := a.dispatch(r.Context(), req)
@@ -268,19 +269,10 @@ func (a *Work) parse(w http.ResponseWriter, r *http.Request) (dispatch.WorkReque
 			continue
 		}
 		if err := json.Unmarshal(v, targets[name]); err != nil {
-			return dispatch.WorkRequest{}, invalid(name, "%s", describeJSONError(err))
+			return dispatch.WorkRequest{}, invalid(name, "%s", httpapi.DescribeJSONError(err))
 		}
 	}
 	return a.check(in)
-}
-
-// describeJSONError turns a decode error of one field into a short
-// message.
-func describeJSONError(err error) string {
-	if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok {
-		return fmt.Sprintf("want %s, got JSON %s", te.Type, te.Value)
-	}
-	return err.Error()
 }
 
 // check validates a decoded body and turns it into a WorkRequest.
@@ -336,12 +328,11 @@ func (a *Work) check(b apiv1.WorkRequest) (dispatch.WorkRequest, *badRequest) {
 	return req, nil
 }
 
+// writeJSON answers with a body that is not an error of the request: the
+// route's counters, or a work result (which carries its own status, and
+// an HTTP status of 4xx or 5xx when the work did not succeed).
 func (a *Work) writeJSON(w http.ResponseWriter, code int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(v); err != nil {
+	if err := httpapi.WriteJSON(w, code, v); err != nil {
 		a.cfg.log.Debugf("work API: write response: %v", err)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/workmesh/workmesh/node"
 	"github.com/workmesh/workmesh/node/apiv1"
 	"github.com/workmesh/workmesh/selection"
+	"github.com/workmesh/workmesh/tests/testkit"
 	"github.com/workmesh/workmesh/workers"
 	"github.com/workmesh/workmesh/workers/builtin"
 	"github.com/workmesh/workmesh/workers/pool"
@@ -64,14 +65,14 @@ func TestDispatchMetricsCountsARequest(t *testing.T) {
 		{"workmesh_beyond_head_total", map[string]string{"work_type": "chain"}, 1},
 		{"workmesh_request_duration_seconds", map[string]string{"work_type": "sha256"}, 2},
 	} {
-		if got, ok := value(t, mfs, c.name, c.labels); !ok || got != c.want {
+		if got, ok := testkit.MetricValue(mfs, c.name, c.labels); !ok || got != c.want {
 			t.Errorf("%s%v = %v (found %t), want %v", c.name, c.labels, got, ok, c.want)
 		}
 	}
-	if _, ok := value(t, mfs, "workmesh_beyond_head_total", map[string]string{"work_type": "sha256"}); ok {
+	if _, ok := testkit.MetricValue(mfs, "workmesh_beyond_head_total", map[string]string{"work_type": "sha256"}); ok {
 		t.Error("a beyond-head count for a request that was not beyond the head")
 	}
-	if _, ok := value(t, mfs, "workmesh_fallbacks_total", map[string]string{"work_type": "chain"}); ok {
+	if _, ok := testkit.MetricValue(mfs, "workmesh_fallbacks_total", map[string]string{"work_type": "chain"}); ok {
 		t.Error("a fallback count for a request no local worker ran")
 	}
 }
@@ -139,54 +140,17 @@ func makeUnreachable(d *Dispatcher, p *fakePeer) {
 	d.sel.Refresh()
 }
 
-// gather scrapes the collector through a registry of its own, as /metrics
-// does, and returns the families by name.
+// gather scrapes the collectors through a registry of their own, as
+// /metrics does, and checks that every family has the workmesh_ prefix.
 func gather(t *testing.T, cs ...prometheus.Collector) map[string]*dto.MetricFamily {
 	t.Helper()
-	reg := prometheus.NewRegistry()
-	for _, c := range cs {
-		workertest.Must(t, reg.Register(c))
-	}
-	mfs, err := reg.Gather()
-	workertest.Must(t, err)
-	out := map[string]*dto.MetricFamily{}
-	for _, mf := range mfs {
-		if !strings.HasPrefix(mf.GetName(), "workmesh_") {
-			t.Errorf("metric %s lacks the workmesh_ prefix", mf.GetName())
-		}
-		out[mf.GetName()] = mf
-	}
-	return out
-}
-
-// value returns the value of the series of family name with the labels.
-func value(t *testing.T, mfs map[string]*dto.MetricFamily, name string, labels map[string]string) (float64, bool) {
-	t.Helper()
-	mf := mfs[name]
-	if mf == nil {
-		return 0, false
-	}
-next:
-	for _, m := range mf.GetMetric() {
-		have := map[string]string{}
-		for _, l := range m.GetLabel() {
-			have[l.GetName()] = l.GetValue()
-		}
-		for k, v := range labels {
-			if have[k] != v {
-				continue next
-			}
-		}
-		switch {
-		case m.Counter != nil:
-			return m.Counter.GetValue(), true
-		case m.Gauge != nil:
-			return m.Gauge.GetValue(), true
-		case m.Histogram != nil:
-			return float64(m.Histogram.GetSampleCount()), true
+	mfs := testkit.Gather(t, cs...)
+	for name := range mfs {
+		if !strings.HasPrefix(name, "workmesh_") {
+			t.Errorf("metric %s lacks the workmesh_ prefix", name)
 		}
 	}
-	return 0, false
+	return mfs
 }
 
 // TestDispatcherCollector scrapes a dispatcher after real dispatches and
@@ -234,22 +198,22 @@ func TestDispatcherCollector(t *testing.T) {
 		{"workmesh_peer_rated", map[string]string{"peer": dead.id.String(), "work_type": "sleep"}, 0},
 		{"workmesh_dispatch_in_flight", nil, 0},
 	} {
-		got, ok := value(t, mfs, c.name, c.labels)
+		got, ok := testkit.MetricValue(mfs, c.name, c.labels)
 		if !ok || got != c.want {
 			t.Errorf("%s%v = %v (found %t), want %v", c.name, c.labels, got, ok, c.want)
 		}
 	}
-	if _, ok := value(t, mfs, "workmesh_requests_total", map[string]string{"work_type": "made-up-type"}); ok {
+	if _, ok := testkit.MetricValue(mfs, "workmesh_requests_total", map[string]string{"work_type": "made-up-type"}); ok {
 		t.Error("a made-up work type got a series of its own")
 	}
 	for _, p := range []*fakePeer{alive, dead} {
 		for _, wt := range p.types {
-			if _, ok := value(t, mfs, "workmesh_peer_score", map[string]string{"peer": p.id.String(), "work_type": wt}); !ok {
+			if _, ok := testkit.MetricValue(mfs, "workmesh_peer_score", map[string]string{"peer": p.id.String(), "work_type": wt}); !ok {
 				t.Errorf("no workmesh_peer_score for %s %s", p.id, wt)
 			}
 		}
 	}
-	if _, ok := value(t, mfs, "workmesh_peer_poll_rtt_seconds", map[string]string{"peer": dead.id.String()}); ok {
+	if _, ok := testkit.MetricValue(mfs, "workmesh_peer_poll_rtt_seconds", map[string]string{"peer": dead.id.String()}); ok {
 		t.Error("a round-trip time for a peer that never answered a poll")
 	}
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 	"github.com/workmesh/workmesh/config"
 	"github.com/workmesh/workmesh/node"
 	"github.com/workmesh/workmesh/selection"
+	"github.com/workmesh/workmesh/tests/testkit"
 	"github.com/workmesh/workmesh/workers/workertest"
 )
 
@@ -149,7 +149,7 @@ func TestDispatcher_SyncPeersFollowsTheTable(t *testing.T) {
 // TestDispatcher_SyncPeersDropsExpired: a peer whose record is past its TTL
 // leaves the dispatcher's candidates at the next sync.
 func TestDispatcher_SyncPeersDropsExpired(t *testing.T) {
-	clk := &fakeClock{now: time.Now()}
+	clk := testkit.NewFakeClockAt(time.Now())
 	a, b := &fakePeer{types: []string{"echo"}}, &fakePeer{types: []string{"echo"}}
 	cfg := config.Defaults()
 	d := testDispatcherWith(t, cfg, []node.Option{node.WithClock(clk)}, a, b)
@@ -178,24 +178,6 @@ func TestDispatcher_SyncPeersDropsExpired(t *testing.T) {
 	}
 }
 
-// fakeClock is a clock that moves only when told.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
-
 // TestDispatcher_NewPeerSyncedDuringABurst: while the changes of known
 // peers are being spaced out (Run's sync window, here an hour long), a new
 // peer still reaches selection as its record arrives.
@@ -213,25 +195,21 @@ func TestDispatcher_NewPeerSyncedDuringABurst(t *testing.T) {
 			t.Errorf("run: %v", err)
 		}
 	})
-	// awaitRanked waits (10s at most) until the echo ranking satisfies ok.
+	// awaitRanked waits (10s at most) until the echo ranking satisfies ok,
+	// checking it again whenever the selector announces a change.
 	awaitRanked := func(what string, ok func([]selection.Ranked) bool) {
 		t.Helper()
-		deadline := time.After(10 * time.Second)
-		for {
-			ch := d.sel.Changed()
-			if ok(d.sel.Ranking("echo")) {
-				return
+		testkit.WaitFor(t, 10*time.Second, what, func() error {
+			rs := d.sel.Ranking("echo")
+			if ok(rs) {
+				return nil
 			}
-			select {
-			case <-ch:
-			case <-deadline:
-				var got []string
-				for _, r := range d.sel.Ranking("echo") {
-					got = append(got, peer.ID(r.Peer).String()+" "+r.State.String())
-				}
-				t.Fatalf("%s: not in the ranking after 10s: %v", what, got)
+			var got []string
+			for _, r := range rs {
+				got = append(got, peer.ID(r.Peer).String()+" "+r.State.String())
 			}
-		}
+			return fmt.Errorf("not in the ranking: %v", got)
+		}, d.sel.Changed)
 	}
 	has := func(id peer.ID, state selection.State) func([]selection.Ranked) bool {
 		return func(rs []selection.Ranked) bool {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/workmesh/workmesh/config"
 	"github.com/workmesh/workmesh/node"
+	"github.com/workmesh/workmesh/node/httpapi"
 	"github.com/workmesh/workmesh/workers"
 	"github.com/workmesh/workmesh/workers/pool"
 )
@@ -282,17 +283,15 @@ func (f *Faults) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			err = f.Set(cfg)
 		}
 		if err != nil {
-			writeFaultsJSON(w, code, map[string]string{"error": err.Error()})
+			httpapi.WriteError(w, code, "", "%v", err)
 			return
 		}
 	default:
 		w.Header().Set("Allow", "GET, PUT")
-		writeFaultsJSON(w, http.StatusMethodNotAllowed, map[string]string{
-			"error": r.Method + " " + FaultsPath + ": want GET, or PUT with a JSON body",
-		})
+		httpapi.WriteError(w, http.StatusMethodNotAllowed, "", "%s %s: want GET, or PUT with a JSON body", r.Method, FaultsPath)
 		return
 	}
-	writeFaultsJSON(w, http.StatusOK, settingsOf(f.Get()))
+	_ = httpapi.WriteJSON(w, http.StatusOK, settingsOf(f.Get()))
 }
 
 // decodeFaults reads a PUT body strictly: one JSON object of known fields.
@@ -324,10 +323,4 @@ func decodeFaults(w http.ResponseWriter, r *http.Request) (config.FaultConfig, i
 		}
 	}
 	return cfg, http.StatusBadRequest, nil
-}
-
-func writeFaultsJSON(w http.ResponseWriter, code int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(v)
 }

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -272,11 +273,11 @@ func TestFaults_ChangedAtRunTimeThroughTheAPI(t *testing.T) {
 	defer cancel()
 
 	code, body := call(t, api, http.MethodGet, "")
-	if code != http.StatusOK || strings.TrimSpace(body) != `{"error_rate":0,"delay":"0s","drop_rate":0}` {
+	if code != http.StatusOK || !sameJSON(t, body, `{"error_rate":0,"delay":"0s","drop_rate":0}`) {
 		t.Fatalf("GET = %d %s", code, body)
 	}
 	code, body = call(t, api, http.MethodPut, `{"error_rate": 1, "delay": "1ms"}`)
-	if code != http.StatusOK || strings.TrimSpace(body) != `{"error_rate":1,"delay":"1ms","drop_rate":0}` {
+	if code != http.StatusOK || !sameJSON(t, body, `{"error_rate":1,"delay":"1ms","drop_rate":0}`) {
 		t.Fatalf("PUT = %d %s", code, body)
 	}
 	resp, err := p.do(t, ctx, Request{Type: "echo", Payload: []byte("x")})
@@ -407,4 +408,19 @@ func call(t testing.TB, h http.Handler, method, body string) (int, string) {
 		t.Errorf("%s %s: content type %q", method, faults.FaultsPath, ct)
 	}
 	return rec.Code, rec.Body.String()
+}
+
+// sameJSON reports whether body is one JSON value equal to want: the same
+// fields with the same values, none more, whatever the layout (the API
+// indents its answers).
+func sameJSON(t testing.TB, body, want string) bool {
+	t.Helper()
+	var got, exp any
+	dec := json.NewDecoder(strings.NewReader(body))
+	if err := dec.Decode(&got); err != nil || dec.More() {
+		t.Errorf("body %q: not one JSON value (%v)", body, err)
+		return false
+	}
+	workertest.Must(t, json.Unmarshal([]byte(want), &exp))
+	return reflect.DeepEqual(got, exp)
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/workmesh/workmesh/tests/testkit"
 	"github.com/workmesh/workmesh/workers"
 	"github.com/workmesh/workmesh/workers/workertest"
 )
@@ -166,13 +167,13 @@ func TestServer_DrainHoldsEachResponseUntilRead(t *testing.T) {
 
 	t.Run("the server closed before the client read", func(t *testing.T) {
 		p, s := drainingRaw(t)
-		deadline := time.Now().Add(workertest.FailAfter)
-		for p.server.Stats().ByOutcome[workers.Success] == 0 { // counted once written, before the wait
-			if time.Now().After(deadline) {
-				t.Fatal("no response written")
+		// The count has no event of its own: WaitFor polls it.
+		testkit.WaitFor(t, workertest.FailAfter, "a response written", func() error {
+			if p.server.Stats().ByOutcome[workers.Success] == 0 { // counted once written, before the wait
+				return errors.New("no response written")
 			}
-			time.Sleep(time.Millisecond) // the count has no event of its own
-		}
+			return nil
+		})
 		closeAndDrain(t, p)
 		// Ending the wait left the response on its way.
 		if err := readResponse(t, s); err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
+	"github.com/workmesh/workmesh/node/frame"
 	"github.com/workmesh/workmesh/workers"
 )
 
@@ -188,7 +189,7 @@ func (c *Client) exchange(str network.Stream, req *Request, acceptBy time.Time) 
 
 	limit := frameLimit(c.cfg.maxPayload)
 	for first := true; ; first = false {
-		body, reserved, err := readFrame(str, limit, str.Scope())
+		body, reserved, err := frame.Read(str, limit, str.Scope())
 		if reserved > 0 {
 			// The output becomes the caller's memory once returned.
 			str.Scope().ReleaseMemory(reserved)

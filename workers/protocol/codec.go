@@ -3,7 +3,6 @@ package protocol
 import (
 	"encoding/binary"
 	"fmt"
-	"io"
 	"sync"
 	"time"
 
@@ -141,7 +140,7 @@ func beginFrame(dst []byte, kind byte) ([]byte, int) {
 }
 
 func endFrame(dst []byte, start int) []byte {
-	binary.BigEndian.PutUint32(dst[start:], uint32(len(dst)-start-frameHeaderLen))
+	binary.BigEndian.PutUint32(dst[start:], uint32(len(dst)-start-frame.HeaderLen))
 	return dst
 }
 
@@ -193,15 +192,6 @@ func appendResponse(dst []byte, r *Response) []byte {
 	dst = appendString(dst, workers.Truncate(r.Error, workers.MaxErrorLen))
 	dst = append(dst, r.Output...)
 	return endFrame(dst, start)
-}
-
-// frameHeaderLen is the length prefix of a frame (frame.HeaderLen).
-const frameHeaderLen = frame.HeaderLen
-
-// readFrame reads one frame of the work protocol (frame.Read, the one
-// frame reader of every workmesh protocol).
-func readFrame(r io.Reader, limit int, mem frame.Memory) ([]byte, int, error) {
-	return frame.Read(r, limit, mem)
 }
 
 // decoder reads the fields of one frame body; the first error sticks.

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/workmesh/workmesh/node/frame"
 	"github.com/workmesh/workmesh/workers"
 	"github.com/workmesh/workmesh/workers/workertest"
 )
@@ -22,8 +23,8 @@ func TestCodec_RequestRoundTrip(t *testing.T) {
 	}
 	for _, want := range tests {
 		workertest.Must(t, checkRequest(&want, workers.DefaultMaxPayload))
-		frame := appendRequest([]byte("prefix"), &want)[len("prefix"):]
-		body, _, err := readFrame(bytes.NewReader(frame), frameLimit(workers.DefaultMaxPayload), nil)
+		msg := appendRequest([]byte("prefix"), &want)[len("prefix"):]
+		body, _, err := frame.Read(bytes.NewReader(msg), frameLimit(workers.DefaultMaxPayload), nil)
 		workertest.Must(t, err)
 		got, err := decodeRequest(body, workers.DefaultMaxPayload)
 		workertest.Must(t, err)
@@ -38,8 +39,8 @@ func TestCodec_RequestRoundTrip(t *testing.T) {
 func TestCodec_ResponseRoundTrip(t *testing.T) {
 	for o := workers.Success; o <= workers.Denied; o++ { // the outcomes a worker answers
 		want := Response{ID: "r-" + o.String(), Result: workers.Result{Outcome: o, Output: []byte("out " + o.String()), Error: "why " + o.String()}}
-		frame := appendResponse(nil, &want)
-		body, _, err := readFrame(bytes.NewReader(frame), frameLimit(workers.DefaultMaxPayload), nil)
+		msg := appendResponse(nil, &want)
+		body, _, err := frame.Read(bytes.NewReader(msg), frameLimit(workers.DefaultMaxPayload), nil)
 		workertest.Must(t, err)
 		got, accepted, err := decodeServerFrame(body, workers.DefaultMaxPayload)
 		workertest.Must(t, err)
@@ -49,7 +50,7 @@ func TestCodec_ResponseRoundTrip(t *testing.T) {
 	}
 	// An over-long error message is cut to fit, not refused.
 	long := Response{ID: "x", Result: workers.Result{Outcome: workers.PermanentError, Error: strings.Repeat("e", 3*workers.MaxErrorLen)}}
-	body, _, err := readFrame(bytes.NewReader(appendResponse(nil, &long)), frameLimit(workers.DefaultMaxPayload), nil)
+	body, _, err := frame.Read(bytes.NewReader(appendResponse(nil, &long)), frameLimit(workers.DefaultMaxPayload), nil)
 	workertest.Must(t, err)
 	got, _, err := decodeServerFrame(body, workers.DefaultMaxPayload)
 	workertest.Must(t, err)
@@ -57,7 +58,7 @@ func TestCodec_ResponseRoundTrip(t *testing.T) {
 		t.Errorf("long error came back with %d bytes", len(got.Error))
 	}
 
-	body, _, err = readFrame(bytes.NewReader(appendAccept(nil)), frameLimit(workers.DefaultMaxPayload), nil)
+	body, _, err = frame.Read(bytes.NewReader(appendAccept(nil)), frameLimit(workers.DefaultMaxPayload), nil)
 	workertest.Must(t, err)
 	if _, accepted, err := decodeServerFrame(body, workers.DefaultMaxPayload); err != nil || !accepted {
 		t.Errorf("accept frame: accepted=%v err=%v", accepted, err)
@@ -71,21 +72,21 @@ func frameOf(body []byte) []byte {
 
 func TestCodec_Truncated(t *testing.T) {
 	req := Request{ID: "r", Type: "echo", Payload: []byte("payload")}
-	frame := appendRequest(nil, &req)
-	for n := 1; n < len(frame); n++ {
-		_, _, err := readFrame(bytes.NewReader(frame[:n]), frameLimit(workers.DefaultMaxPayload), nil)
+	msg := appendRequest(nil, &req)
+	for n := 1; n < len(msg); n++ {
+		_, _, err := frame.Read(bytes.NewReader(msg[:n]), frameLimit(workers.DefaultMaxPayload), nil)
 		if !errors.Is(err, ErrTruncated) {
-			t.Fatalf("frame cut at %d of %d bytes: error = %v, want ErrTruncated", n, len(frame), err)
+			t.Fatalf("frame cut at %d of %d bytes: error = %v, want ErrTruncated", n, len(msg), err)
 		}
 	}
-	if _, _, err := readFrame(bytes.NewReader(nil), frameLimit(workers.DefaultMaxPayload), nil); !errors.Is(err, io.EOF) {
+	if _, _, err := frame.Read(bytes.NewReader(nil), frameLimit(workers.DefaultMaxPayload), nil); !errors.Is(err, io.EOF) {
 		t.Errorf("no bytes at all: error = %v, want io.EOF", err)
 	}
 }
 
 func TestCodec_MalformedBodies(t *testing.T) {
-	validReq := appendRequest(nil, &Request{ID: "id", Type: "echo", Payload: []byte("p")})[frameHeaderLen:]
-	validResp := appendResponse(nil, &Response{ID: "id", Result: workers.OK([]byte("o"))})[frameHeaderLen:]
+	validReq := appendRequest(nil, &Request{ID: "id", Type: "echo", Payload: []byte("p")})[frame.HeaderLen:]
+	validResp := appendResponse(nil, &Response{ID: "id", Result: workers.OK([]byte("o"))})[frame.HeaderLen:]
 	uv := func(v uint64) []byte { return binary.AppendUvarint(nil, v) }
 	cat := func(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
 
@@ -130,7 +131,7 @@ func TestCodec_MalformedBodies(t *testing.T) {
 			t.Errorf("response %s: error = %v, want %v", tt.name, err, tt.want)
 		}
 	}
-	if _, _, err := readFrame(bytes.NewReader(frameOf(nil)), 100, nil); !errors.Is(err, ErrMalformed) {
+	if _, _, err := frame.Read(bytes.NewReader(frameOf(nil)), 100, nil); !errors.Is(err, ErrMalformed) {
 		t.Errorf("empty frame: error = %v, want ErrMalformed", err)
 	}
 }
@@ -154,8 +155,8 @@ func TestCheckRequest(t *testing.T) {
 }
 
 func FuzzDecode(f *testing.F) {
-	f.Add(appendRequest(nil, &Request{ID: "id", Type: "echo", Payload: []byte("p"), Timeout: time.Second})[frameHeaderLen:])
-	f.Add(appendResponse(nil, &Response{ID: "id", Result: workers.Fail(workers.Busy, "full")})[frameHeaderLen:])
+	f.Add(appendRequest(nil, &Request{ID: "id", Type: "echo", Payload: []byte("p"), Timeout: time.Second})[frame.HeaderLen:])
+	f.Add(appendResponse(nil, &Response{ID: "id", Result: workers.Fail(workers.Busy, "full")})[frame.HeaderLen:])
 	f.Fuzz(func(t *testing.T, body []byte) {
 		if req, err := decodeRequest(body, 64); err == nil {
 			if len(req.ID) > MaxRequestIDLen || len(req.Type) > workers.MaxTypeLen || len(req.Payload) > 64 {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/workmesh/workmesh/node/frame"
 	"github.com/workmesh/workmesh/tests/testkit"
 	"github.com/workmesh/workmesh/workers"
 	"github.com/workmesh/workmesh/workers/workertest"
@@ -92,7 +93,7 @@ func TestServer_DrainHoldsEachResponseUntilRead(t *testing.T) {
 			workertest.Recv(t, g.Started, "the request to start")
 			if tc.req.AcceptTimeout > 0 {
 				// The accept frame shows the watchdog is running.
-				body, _, err := readFrame(s, frameLimit(workers.DefaultMaxPayload), nil)
+				body, _, err := frame.Read(s, frameLimit(workers.DefaultMaxPayload), nil)
 				workertest.Must(t, err)
 				if _, accepted, err := decodeServerFrame(body, workers.DefaultMaxPayload); err != nil || !accepted {
 					t.Fatalf("first frame: accepted %t, %v; want the accept frame", accepted, err)
@@ -107,7 +108,7 @@ func TestServer_DrainHoldsEachResponseUntilRead(t *testing.T) {
 			if err := p.server.Drain(short); !errors.Is(err, context.DeadlineExceeded) {
 				t.Fatalf("Drain with a response unread: %v, want it to wait", err)
 			}
-			body, _, err := readFrame(s, frameLimit(workers.DefaultMaxPayload), nil)
+			body, _, err := frame.Read(s, frameLimit(workers.DefaultMaxPayload), nil)
 			workertest.Must(t, err)
 			resp, accepted, err := decodeServerFrame(body, workers.DefaultMaxPayload)
 			if err != nil || accepted || resp.ID != tc.req.ID || resp.Outcome != workers.Success {
@@ -137,7 +138,7 @@ func TestServer_DrainHoldsEachResponseUntilRead(t *testing.T) {
 		return p, s
 	}
 	readResponse := func(t *testing.T, s network.Stream) error {
-		body, _, err := readFrame(s, frameLimit(workers.DefaultMaxPayload), nil)
+		body, _, err := frame.Read(s, frameLimit(workers.DefaultMaxPayload), nil)
 		if err != nil {
 			return err
 		}

@@ -315,7 +315,7 @@ func TestProtocol_AcceptTimeoutBoundsTimeToAccept(t *testing.T) {
 		}
 	})
 	t.Run("work longer than the grace, transport without stream deadlines", func(t *testing.T) {
-		// The server's watchdog (it sends the accept frame) must end
+		// The server's watchdog (it sends the accept msg) must end
 		// its read without a deadline, or the response is never sent.
 		clientHost, serverHost := workertest.MockPair(t)
 		p := newPairOn(t, clientHost, serverHost, nil)
@@ -360,8 +360,8 @@ func TestProtocol_HalfMessageGetsCleanErrorAndServerKeepsServing(t *testing.T) {
 
 	// A peer that stalls in the middle of its request holds nothing up.
 	stalled := rawStream(t, p.clientHost, p.serverHost)
-	frame := appendRequest(nil, &Request{ID: "half", Type: "echo", Payload: []byte("0123456789")})
-	_, err := stalled.Write(frame[:len(frame)/2])
+	msg := appendRequest(nil, &Request{ID: "half", Type: "echo", Payload: []byte("0123456789")})
+	_, err := stalled.Write(msg[:len(msg)/2])
 	workertest.Must(t, err)
 	resp, err := p.do(t, ctx, Request{ID: "meanwhile", Type: "echo", Payload: []byte("meanwhile")})
 	workertest.Must(t, err)
@@ -386,7 +386,7 @@ func TestProtocol_HalfMessageGetsCleanErrorAndServerKeepsServing(t *testing.T) {
 
 	// A peer that sends half a message and closes gets a reset at once.
 	half := rawStream(t, p.clientHost, p.serverHost)
-	_, err = half.Write(frame[:len(frame)-3])
+	_, err = half.Write(msg[:len(msg)-3])
 	workertest.Must(t, err)
 	workertest.Must(t, half.CloseWrite())
 	if _, err := io.ReadAll(half); err == nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
 	"github.com/sirupsen/logrus"
+	"github.com/workmesh/workmesh/node/frame"
 	"github.com/workmesh/workmesh/workers"
 	"github.com/workmesh/workmesh/workers/pool"
 )
@@ -311,7 +312,7 @@ func (s *Server) handle(str network.Stream) {
 
 func (s *Server) serve(str network.Stream, start time.Time, sr *ServedRequest) {
 	_ = str.SetDeadline(start.Add(s.cfg.readTimeout))
-	body, reserved, err := readFrame(str, frameLimit(s.cfg.maxPayload), str.Scope())
+	body, reserved, err := frame.Read(str, frameLimit(s.cfg.maxPayload), str.Scope())
 	if reserved > 0 {
 		defer str.Scope().ReleaseMemory(reserved)
 	}
@@ -411,8 +412,8 @@ type watchdog struct {
 func (w *watchdog) run() {
 	defer close(w.done)
 	if w.accept {
-		var frame [frameHeaderLen + 1]byte
-		if _, err := w.str.Write(appendAccept(frame[:0])); err != nil {
+		var accept [frame.HeaderLen + 1]byte
+		if _, err := w.str.Write(appendAccept(accept[:0])); err != nil {
 			w.cancel(fmt.Errorf("%w: write accept frame: %v", ErrClientGone, err))
 			return
 		}

@@ -2,7 +2,7 @@
 // 1 (/v1/...): what a client sends and reads, from the node's own routes
 // (info, peers) and from the work, plan, status and operator routes the
 // workers packages mount on the same server; the paths, and the one error
-// shape of every 4xx and 5xx answer.
+// shape (Error) of every refusal.
 //
 // It is what the CLI's client commands import, so it imports no libp2p
 // and no net/http server code: the standard library's encoding and the

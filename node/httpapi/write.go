@@ -9,7 +9,11 @@ import (
 	"github.com/workmesh/workmesh/node/apiv1"
 )
 
-// ErrorBody is the body of every 4xx and 5xx answer of the API.
+// ErrorBody is the body of every refusal of the API (a 4xx or 5xx for a
+// request that was not carried out: a bad body, an unknown path, a wrong
+// method, a missing token). A work request that was dispatched and did
+// not succeed answers 422, 503 or 504 with its result (apiv1.WorkResponse),
+// whose "error" field says why in the same words.
 type ErrorBody = apiv1.Error
 
 // WriteJSON answers with status code and v as JSON, indented for an
@@ -29,7 +33,7 @@ func WriteCompactJSON(w http.ResponseWriter, code int, v any) error {
 
 // WriteError answers with status code and an ErrorBody on one line: the
 // message is fmt.Sprintf(format, args...), and field, when not empty, names
-// the request field at fault. Every 4xx and 5xx of the API is written by it.
+// the request field at fault. Every refusal of the API is written by it.
 func WriteError(w http.ResponseWriter, code int, field, format string, args ...any) {
 	_ = write(w, code, ErrorBody{Error: fmt.Sprintf(format, args...), Field: field}, "")
 }

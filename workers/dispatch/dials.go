@@ -12,28 +12,32 @@ import (
 
 // dials holds the dials of one request, so that a peer dialed ahead is not
 // dialed again by its attempt: the attempt waits for the dial in progress.
+// The request owns it: close stops the dials still under way and waits for
+// them.
 type dials struct {
 	d      *Dispatcher
 	parent context.Context
-	wg     *sync.WaitGroup
+	wg     sync.WaitGroup // the dial goroutines
 	mu     sync.Mutex
-	ctx    context.Context // made at the first dial; cancelled by cancel
+	ctx    context.Context // made at the first dial; cancelled by close
 	stop   context.CancelFunc
 	calls  map[string]*dialCall
-}
-
-// cancel stops the dials still under way.
-func (ds *dials) cancel() {
-	ds.mu.Lock()
-	defer ds.mu.Unlock()
-	if ds.stop != nil {
-		ds.stop()
-	}
 }
 
 type dialCall struct {
 	done chan struct{}
 	err  error
+}
+
+// close stops the dials still under way and returns when every dial has
+// ended.
+func (ds *dials) close() {
+	ds.mu.Lock()
+	if ds.stop != nil {
+		ds.stop()
+	}
+	ds.mu.Unlock()
+	ds.wg.Wait()
 }
 
 // start dials id unless a dial of it already started in this request.

@@ -248,8 +248,7 @@ func (d *Dispatcher) fallback(ctx context.Context, req WorkRequest, plan *select
 		_, local = d.pool.Registry().Get(req.Type)
 	}
 	if ctx.Err() != nil {
-		res.Status = apiv1.StatusTimeout
-		res.Error = endedEarly(ctx, req)
+		res.cutShort(ctx, req)
 		return res
 	}
 	if !plan.FallbackAllowed() || !local {
@@ -289,12 +288,18 @@ func (d *Dispatcher) fallback(ctx context.Context, req WorkRequest, plan *select
 		case r.Outcome == workers.Empty:
 			res.Status = apiv1.StatusEmpty
 		case ctx.Err() != nil:
-			res.Status, res.Error = apiv1.StatusTimeout, endedEarly(ctx, req)
+			res.cutShort(ctx, req)
 		default:
 			res.Status, res.Error = apiv1.StatusFailed, r.Error
 		}
 		return res
 	}
+}
+
+// cutShort makes res the result of a request that ctx ended before it
+// had one.
+func (res *WorkResult) cutShort(ctx context.Context, req WorkRequest) {
+	res.Status, res.Error = apiv1.StatusTimeout, endedEarly(ctx, req)
 }
 
 // endedEarly says why ctx ended a request before its result: the

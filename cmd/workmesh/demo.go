@@ -10,7 +10,6 @@ import (
 
 	"github.com/workmesh/workmesh/config"
 	"github.com/workmesh/workmesh/node/apiv1"
-	"github.com/workmesh/workmesh/selection"
 )
 
 // demoEjectTimeout bounds the wait for the gateway's liveness to mark the
@@ -130,7 +129,7 @@ func (d *demo) submit(ctx context.Context, workType, payload string, timeout tim
 // ranking prints the gateway's current order for a work type.
 func (d *demo) ranking(workType string) {
 	var parts []string
-	for _, r := range d.dn.gateway().stack.disp.Selector().Ranking(workType) {
+	for _, r := range d.dn.gateway().stack.disp.Ranking(workType) {
 		g := r.Group
 		if g == "" {
 			g = "unlabelled"
@@ -149,13 +148,13 @@ func (d *demo) waitEjected(ctx context.Context, n *devnetNode, since time.Time) 
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		state := selection.StateAlive
-		for _, r := range d.dn.gateway().stack.disp.Selector().Ranking("sha256") {
+		state := "alive"
+		for _, r := range d.dn.gateway().stack.disp.Ranking("sha256") {
 			if d.dn.name(r.Peer) == n.name {
 				state = r.State
 			}
 		}
-		if state == selection.StateUnreachable {
+		if state == "unreachable" {
 			fmt.Fprintf(d.w, "liveness: node0 marked %s %s, %s after it stopped\n",
 				n.name, state, time.Since(since).Round(10*time.Millisecond))
 			return nil

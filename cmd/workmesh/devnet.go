@@ -308,7 +308,7 @@ func (dn *devnet) notReady() string {
 				want++
 			}
 		}
-		if got := len(gw.disp.Selector().Ranking(t)); got < want {
+		if got := len(gw.disp.Ranking(t)); got < want {
 			return fmt.Sprintf("the gateway ranks %d of %d workers for %s", got, want, t)
 		}
 	}

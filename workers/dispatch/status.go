@@ -93,3 +93,27 @@ func (d *Dispatcher) PeerStatuses() []apiv1.PeerStatus {
 	}
 	return out
 }
+
+// RankedPeer is one peer's place in the dispatcher's current order for a
+// work type.
+type RankedPeer struct {
+	// Peer is the peer ID.
+	Peer string
+	// Group is the label group the peer stands in: "" without label
+	// balancing and for the default group.
+	Group string
+	// State is the peer's liveness state: alive, unreachable or probing.
+	State string
+}
+
+// Ranking returns the current order for a work type, group by group, as a
+// request would walk it before its own filters; a peer in several groups
+// stands once in each.
+func (d *Dispatcher) Ranking(workType string) []RankedPeer {
+	ranking := d.sel.Ranking(workType)
+	out := make([]RankedPeer, 0, len(ranking))
+	for _, r := range ranking {
+		out = append(out, RankedPeer{Peer: d.idString(r.Peer), Group: r.Group, State: r.State.String()})
+	}
+	return out
+}

@@ -1,0 +1,99 @@
+package dispatch
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+	ma "github.com/multiformats/go-multiaddr"
+)
+
+// dials holds the dials of one request, so that a peer dialed ahead is not
+// dialed again by its attempt: the attempt waits for the dial in progress.
+// The request owns it: close stops the dials still under way and waits for
+// them.
+type dials struct {
+	d      *Dispatcher
+	parent context.Context
+	wg     sync.WaitGroup // the dial goroutines
+	mu     sync.Mutex
+	ctx    context.Context // made at the first dial; cancelled by close
+	stop   context.CancelFunc
+	calls  map[string]*dialCall
+}
+
+type dialCall struct {
+	done chan struct{}
+	err  error
+}
+
+// close stops the dials still under way and returns when every dial has
+// ended.
+func (ds *dials) close() {
+	ds.mu.Lock()
+	if ds.stop != nil {
+		ds.stop()
+	}
+	ds.mu.Unlock()
+	ds.wg.Wait()
+}
+
+// start dials id unless a dial of it already started in this request.
+func (ds *dials) start(id string) *dialCall {
+	ds.mu.Lock()
+	defer ds.mu.Unlock()
+	if c := ds.calls[id]; c != nil {
+		return c
+	}
+	c := &dialCall{done: make(chan struct{})}
+	if ds.calls == nil {
+		ds.calls = make(map[string]*dialCall)
+		ds.ctx, ds.stop = context.WithCancel(ds.parent)
+	}
+	ds.calls[id] = c
+	ds.wg.Go(func() {
+		c.err = ds.d.connect(ds.ctx, id)
+		close(c.done)
+	})
+	return c
+}
+
+// wait returns the result of the request's dial of id, starting it if needed.
+func (ds *dials) wait(ctx context.Context, id string) error {
+	if ds.d.node.Host().Network().Connectedness(peer.ID(id)) == network.Connected {
+		return nil // the common case: no dial, no goroutine
+	}
+	c := ds.start(id)
+	select {
+	case <-c.done:
+		return c.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// connect makes sure there is a connection to the peer, dialing it within
+// connect-timeout when there is none.
+func (d *Dispatcher) connect(ctx context.Context, id string) error {
+	pid := peer.ID(id)
+	h := d.node.Host()
+	if h.Network().Connectedness(pid) == network.Connected {
+		return nil
+	}
+	info := peer.AddrInfo{ID: pid}
+	if pi, ok := d.node.Peers().Get(pid); ok {
+		for _, a := range pi.Data.Addrs {
+			if m, err := ma.NewMultiaddr(a); err == nil {
+				info.Addrs = append(info.Addrs, m)
+			}
+		}
+	}
+	cctx, cancel := context.WithTimeout(ctx, d.cfg.Worker.ConnectTimeout)
+	defer cancel()
+	if err := h.Connect(cctx, info); err != nil {
+		return fmt.Errorf("connect %s within %s: %w", pid, d.cfg.Worker.ConnectTimeout, err)
+	}
+	return nil
+}

@@ -1,0 +1,359 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/workmesh/workmesh/node/apiv1"
+	"github.com/workmesh/workmesh/selection"
+	"github.com/workmesh/workmesh/workers"
+	"github.com/workmesh/workmesh/workers/protocol"
+)
+
+// The attempt loop runs the remote attempts of one request. It makes every
+// decision: what the plan's verdict on an attempt means, when a retry is
+// due, that a request whose context ended starts nothing more and is cut
+// short, the one attempt beyond every head, the explanation when nothing
+// decided. A strategy says only how attempts run and how the loop hears of
+// the next event: inline runs them one after another in the dispatching
+// goroutine, hedged runs each in a goroutine of its own with a hedge timer
+// beside them. Another way of running attempts is another strategy; the
+// loop does not change.
+
+// event is what a strategy's next reports to the loop.
+type event uint8
+
+const (
+	// idle: no attempt runs and nothing is due; the loop ends.
+	idle event = iota
+	// ended: an attempt ended; its result comes with the event.
+	ended
+	// retryDue: the retry the loop asked for (strategy.retry) is due.
+	retryDue
+	// hedgeDue: hedge-delay passed since the last attempt started.
+	hedgeDue
+	// requestEnded: the request's context ended (deadline or caller).
+	requestEnded
+)
+
+// strategy is how the attempts of one request run. The loop calls start for
+// every pick it takes from the plan, retry when the plan asks for a retry,
+// next for each event, and stop once, when it has decided.
+type strategy interface {
+	// start begins an attempt on pk.
+	start(pk selection.Pick)
+	// retry makes a retryDue event due after delay.
+	retry(delay time.Duration)
+	// next waits for the next event.
+	next() (event, attemptResult)
+	// stop ends the attempts still running, hands each to the loop's
+	// abandoned, and returns when all of them have ended.
+	stop()
+}
+
+// attemptLoop is the state of one request's remote attempts that every
+// strategy shares.
+type attemptLoop struct {
+	d     *Dispatcher
+	ctx   context.Context
+	req   WorkRequest
+	plan  *selection.Plan
+	res   WorkResult
+	dials dials
+	// inline is the inline strategy, kept here so that the common path
+	// allocates nothing of its own: the loop is one allocation.
+	inline inline
+}
+
+// attemptResult is what one attempt reports back.
+type attemptResult struct {
+	pick    selection.Pick
+	outcome selection.Outcome
+	resp    protocol.Response
+	err     error
+	dur     time.Duration
+}
+
+// remote runs the remote attempts of a request. A result with an empty
+// Status means no remote attempt decided it and the fallback may run.
+func (d *Dispatcher) remote(ctx context.Context, req WorkRequest, plan *selection.Plan) WorkResult {
+	l := &attemptLoop{d: d, ctx: ctx, req: req, plan: plan}
+	l.dials.d, l.dials.parent = d, ctx
+	l.run(l.strategy())
+	return l.res
+}
+
+// strategy picks how the request's attempts run: hedged when hedging is on
+// and the request may be hedged, inline otherwise. Beyond every head there
+// is one attempt, so nothing to hedge.
+func (l *attemptLoop) strategy() strategy {
+	if l.d.cfg.Hedge.MaxCount == 0 || !l.plan.Idempotent() || l.plan.BeyondHead() {
+		l.inline.l = l
+		return &l.inline
+	}
+	return newHedged(l)
+}
+
+// run runs the loop with s until it decides, then stops the attempts and
+// dials still under way: when it returns, nothing of the request runs and
+// l.res holds every attempt.
+func (l *attemptLoop) run(s strategy) {
+	defer l.dials.close()
+	defer s.stop()
+	if pk, ok := l.plan.Next(); ok {
+		l.launch(s, pk)
+	}
+	for {
+		ev, r := s.next()
+		switch ev {
+		case ended:
+			v := l.plan.Report(r.pick, r.outcome, r.dur)
+			l.res.Attempts = append(l.res.Attempts, l.d.attemptOf(r, r.outcome))
+			if v == selection.Done {
+				l.d.decided(r, &l.res)
+				return
+			}
+			if l.cutShort() {
+				return
+			}
+			if v == selection.Retry {
+				s.retry(l.d.cfg.Worker.RetryDelay)
+			}
+		case retryDue:
+			if l.cutShort() {
+				return
+			}
+			if pk, ok := l.plan.Next(); ok {
+				l.launch(s, pk)
+			}
+		case hedgeDue:
+			if l.cutShort() {
+				return
+			}
+			if pk, ok := l.plan.Hedge(); ok {
+				l.launch(s, pk)
+			}
+		case requestEnded:
+			l.cutShort()
+			return
+		case idle:
+			if !l.cutShort() {
+				l.undecided()
+			}
+			return
+		}
+	}
+}
+
+// cutShort reports whether the request's context has ended, and if so
+// makes the result say why: no attempt is started or retried after that.
+func (l *attemptLoop) cutShort() bool {
+	if l.ctx.Err() == nil {
+		return false
+	}
+	l.res.cutShort(l.ctx, l.req)
+	return true
+}
+
+// launch has s start an attempt on pk, and dials the next candidates now,
+// so that dead ones cost one connect timeout in parallel, not one after
+// another.
+func (l *attemptLoop) launch(s strategy, pk selection.Pick) {
+	s.start(pk)
+	for _, id := range l.plan.Upcoming(l.d.cfg.Worker.MaxRemoteWorkers) {
+		l.dials.start(id)
+	}
+}
+
+// undecided ends a loop that ran out of attempts with no decision.
+func (l *attemptLoop) undecided() {
+	if l.plan.BeyondHead() && len(l.res.Attempts) > 0 {
+		// The one attempt beyond every head failed: no sweep, no fallback.
+		l.res.Status = apiv1.StatusFailed
+		l.res.Error = "the only attempt beyond every head failed: " + lastError(l.res.Attempts)
+		return
+	}
+	l.res.Explanation = l.plan.Explain().String()
+}
+
+// abandoned records an attempt that the decision cut short: reported
+// cancelled, so it stays out of the error statistics.
+func (l *attemptLoop) abandoned(r attemptResult) {
+	l.plan.Report(r.pick, workers.Cancelled, r.dur)
+	l.res.Attempts = append(l.res.Attempts, l.d.attemptOf(r, workers.Cancelled))
+}
+
+// inline runs each attempt in the dispatching goroutine, one after another:
+// without hedges nothing runs concurrently but the dials ahead, so the
+// common path costs no goroutine hand-off and no channel.
+type inline struct {
+	l        *attemptLoop
+	pick     selection.Pick
+	started  bool // pick runs at the next call of next
+	retrying bool // a retry is due after delay
+	delay    time.Duration
+}
+
+func (s *inline) start(pk selection.Pick) { s.pick, s.started = pk, true }
+
+func (s *inline) retry(delay time.Duration) { s.retrying, s.delay = true, delay }
+
+func (s *inline) next() (event, attemptResult) {
+	l := s.l
+	switch {
+	case s.started:
+		s.started = false
+		return ended, l.d.attempt(l.ctx, l.req, s.pick, &l.dials)
+	case s.retrying:
+		s.retrying = false
+		if s.delay > 0 {
+			t := time.NewTimer(s.delay)
+			defer t.Stop()
+			select {
+			case <-t.C:
+			case <-l.ctx.Done():
+				return requestEnded, attemptResult{}
+			}
+		}
+		return retryDue, attemptResult{}
+	}
+	return idle, attemptResult{}
+}
+
+// stop has nothing to do: an inline attempt has ended when next returns.
+func (s *inline) stop() {}
+
+// hedged runs each attempt in a goroutine of its own, so that a hedge can
+// run beside the attempt it hedges: hedge-delay after an attempt starts the
+// loop may ask another peer too, and the first result the plan accepts
+// decides.
+type hedged struct {
+	l       *attemptLoop
+	ctx     context.Context // the attempts'; cancelled by stop
+	cancel  context.CancelFunc
+	results chan attemptResult
+	wg      sync.WaitGroup // the attempt goroutines
+	// running counts the attempts whose result is not yet taken.
+	running        int
+	hedgeC, retryC <-chan time.Time
+}
+
+func newHedged(l *attemptLoop) *hedged {
+	// Every attempt is a distinct peer, so max-remote-workers bounds them:
+	// an attempt never blocks on sending its result.
+	h := &hedged{l: l, results: make(chan attemptResult, l.d.cfg.Worker.MaxRemoteWorkers+1)}
+	h.ctx, h.cancel = context.WithCancel(l.ctx)
+	return h
+}
+
+func (h *hedged) start(pk selection.Pick) {
+	h.running++
+	h.wg.Go(func() { h.results <- h.l.d.attempt(h.ctx, h.l.req, pk, &h.l.dials) })
+	h.hedgeC = time.After(h.l.plan.HedgeDelay())
+}
+
+func (h *hedged) retry(delay time.Duration) { h.retryC = time.After(delay) }
+
+func (h *hedged) next() (event, attemptResult) {
+	if h.running == 0 && h.retryC == nil {
+		return idle, attemptResult{}
+	}
+	select {
+	case r := <-h.results:
+		h.running--
+		return ended, r
+	case <-h.retryC:
+		h.retryC = nil
+		return retryDue, attemptResult{}
+	case <-h.hedgeC:
+		h.hedgeC = nil
+		return hedgeDue, attemptResult{}
+	case <-h.l.ctx.Done():
+		return requestEnded, attemptResult{}
+	}
+}
+
+func (h *hedged) stop() {
+	h.cancel()
+	h.wg.Wait()
+	close(h.results)
+	for r := range h.results {
+		h.l.abandoned(r)
+	}
+}
+
+// decided makes the deciding attempt the request's result.
+func (d *Dispatcher) decided(r attemptResult, res *WorkResult) {
+	res.Worker = d.idString(r.pick.Peer)
+	switch r.outcome {
+	case workers.Success:
+		res.Status, res.Output = apiv1.StatusOK, r.resp.Output
+	case workers.Empty:
+		res.Status = apiv1.StatusEmpty
+	default:
+		res.Status, res.Error = apiv1.StatusFailed, r.resp.Error
+	}
+}
+
+// attempt runs one remote attempt: connect within connect-timeout, then the
+// work protocol within the attempt's deadline.
+func (d *Dispatcher) attempt(ctx context.Context, req WorkRequest, pk selection.Pick, dials *dials) attemptResult {
+	start := time.Now()
+	r := attemptResult{pick: pk}
+	id := peer.ID(pk.Peer)
+	if err := dials.wait(ctx, pk.Peer); err != nil {
+		r.outcome, r.err, r.dur = workers.Unreachable, err, time.Since(start)
+		if ctx.Err() != nil {
+			r.outcome = workers.Cancelled
+		}
+		return r
+	}
+	actx := ctx
+	per := max(d.cfg.Worker.WorkerTimeout, req.Timeout)
+	if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > per {
+		var cancel context.CancelFunc
+		actx, cancel = context.WithTimeout(ctx, per)
+		defer cancel()
+	}
+	resp, err := d.client.Do(actx, id, protocol.Request{
+		ID: req.ID, Type: req.Type, Payload: req.Payload,
+		AcceptTimeout: d.cfg.Worker.WorkerResponseTimeout,
+	})
+	r.dur = time.Since(start)
+	r.resp, r.err = resp, err
+	switch {
+	case err != nil && ctx.Err() != nil:
+		r.outcome = workers.Cancelled // the request ended, or was decided elsewhere
+	case errors.Is(err, protocol.ErrAcceptTimeout):
+		r.outcome = workers.Unreachable
+	case err != nil:
+		r.outcome = workers.RetryableError
+	default:
+		r.outcome = resp.Outcome // Unsupported and Denied are final for this worker only: the plan goes on
+	}
+	return r
+}
+
+func (d *Dispatcher) attemptOf(r attemptResult, o selection.Outcome) apiv1.Attempt {
+	a := apiv1.Attempt{Peer: d.idString(r.pick.Peer), Outcome: o, DurationMS: apiv1.Millis(r.dur), Group: r.pick.Group, Hedge: r.pick.Hedge}
+	switch {
+	case r.err != nil:
+		a.Error = r.err.Error()
+	case r.resp.Error != "":
+		a.Error = r.resp.Error
+	}
+	return a
+}
+
+func lastError(as []apiv1.Attempt) string {
+	for i := len(as) - 1; i >= 0; i-- {
+		if as[i].Error != "" {
+			return as[i].Peer + ": " + as[i].Error
+		}
+	}
+	return "no error recorded"
+}

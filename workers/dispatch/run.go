@@ -1,0 +1,229 @@
+package dispatch
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/sirupsen/logrus"
+
+	"github.com/workmesh/workmesh/node"
+	"github.com/workmesh/workmesh/selection"
+)
+
+// defaultSyncDelay spaces out a dispatcher's peer syncs during a burst of
+// peer table changes.
+const defaultSyncDelay = 5 * time.Millisecond
+
+// Run keeps the selection core in step with the network until ctx ends: it
+// feeds the peer table's changes to the selector, polls peers' health as
+// liveness asks (which is also how unreachable peers are redialed), and
+// refreshes the ranking. It returns when ctx ends and every poll it started
+// has stopped.
+func (d *Dispatcher) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	const tick = 50 * time.Millisecond
+	ticker := time.NewTicker(tick)
+	defer ticker.Stop()
+	table := d.node.Peers()
+	changed := table.Changed()
+	d.syncPeers()
+	var syncC <-chan time.Time // running while syncs are spaced out
+	var addC <-chan time.Time  // running while syncs for new peers are
+	syncPending := false       // a change arrived since the last sync
+	var mu sync.Mutex
+	polling := map[string]bool{}
+	sem := make(chan struct{}, 16) // polls in flight at once
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-changed:
+			// The first change is taken at once; the changes that
+			// follow within syncDelay are taken together at its end,
+			// which bounds the syncs during a burst. A new peer is
+			// taken at once too, so that it is eligible as its record
+			// arrives even while other peers' changes (load, connection
+			// state) keep the window running; new peers have a window
+			// of their own, which bounds the syncs while a network
+			// forms.
+			changed = table.Changed()
+			switch {
+			case syncC == nil:
+				d.syncPeers()
+				syncC = time.After(d.syncDelay)
+			case addC == nil && table.Additions() != d.syncedAdds:
+				d.syncPeers()
+				addC = time.After(d.syncDelay)
+			default:
+				syncPending = true
+			}
+		case <-addC:
+			addC = nil
+		case <-syncC:
+			syncC = nil
+			if syncPending {
+				syncPending = false
+				d.syncPeers()
+				syncC = time.After(d.syncDelay)
+			}
+		case <-ticker.C:
+			d.sel.MaybeRefresh()
+			for _, id := range d.sel.Liveness().Due() {
+				if len(sem) == cap(sem) {
+					// Every poll slot is taken (dead peers hold theirs for
+					// a whole timeout): the rest stay due for a later tick.
+					// Waiting here would stall the peer sync and the
+					// ranking refresh behind the slowest polls.
+					break
+				}
+				mu.Lock()
+				busy := polling[id]
+				polling[id] = true
+				mu.Unlock()
+				if busy {
+					continue
+				}
+				sem <- struct{}{} // never blocks: only this loop sends
+				wg.Go(func() {
+					defer func() { <-sem }()
+					d.poll(ctx, id)
+					mu.Lock()
+					delete(polling, id)
+					mu.Unlock()
+				})
+			}
+		}
+	}
+}
+
+// poll pings one peer over the health protocol and reports the result to
+// liveness.
+func (d *Dispatcher) poll(ctx context.Context, id string) {
+	pid := peer.ID(id)
+	var err error
+	var rtt time.Duration
+	timeout := d.cfg.Worker.ConnectTimeout
+	if pi := d.cfg.Liveness.PollInterval; pi > 0 && pi < timeout {
+		timeout = pi
+	}
+	pctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if err = d.connect(pctx, id); err == nil {
+		rtt, _, err = d.node.Ping(pctx, pid)
+	}
+	if ctx.Err() != nil {
+		return // shutting down: not the peer's fault
+	}
+	d.metrics.poll(id, rtt, err, time.Now())
+	d.report(id, err == nil, err)
+}
+
+func (d *Dispatcher) report(id string, ok bool, err error) {
+	t, changed := d.sel.Liveness().Report(id, ok)
+	if !changed {
+		return
+	}
+	f := d.log.WithFields(logrus.Fields{"peer": peer.ID(id).String(), "from": t.From.String(), "to": t.To.String()})
+	if err != nil {
+		f = f.WithError(err)
+	}
+	f.Info("peer liveness changed")
+}
+
+// syncPeers hands the peer table's fresh peers to the selector.
+func (d *Dispatcher) syncPeers() {
+	// Noted before reading, so that a peer entered meanwhile is synced
+	// again rather than missed.
+	d.syncedAdds = d.node.Peers().Additions()
+	entries := d.node.Peers().Entries()
+	if d.synced == nil {
+		d.synced = make(map[peer.ID]syncedPeer, len(entries))
+	}
+	// A peer whose entry is the one of the last sync is unchanged; one with
+	// a new entry (a re-announcement, a connection change) is converted
+	// again, and counts as a change only when what selection uses differs.
+	changed, kept, before := false, 0, len(d.synced)
+	for _, e := range entries {
+		id := e.Data.PeerID
+		old, ok := d.synced[id]
+		if ok {
+			kept++
+			if old.entry == e {
+				continue
+			}
+		}
+		sp := syncedPeer{entry: e, peer: peerOf(*e), name: old.name}
+		if !ok {
+			sp.name = id.String()
+			changed = true
+		} else if !old.peer.Equal(sp.peer) {
+			changed = true
+		}
+		d.synced[id] = sp
+	}
+	if kept < before { // some peers are gone
+		changed = true
+		present := make(map[peer.ID]struct{}, len(entries))
+		for _, e := range entries {
+			present[e.Data.PeerID] = struct{}{}
+		}
+		for id := range d.synced {
+			if _, ok := present[id]; !ok {
+				delete(d.synced, id)
+			}
+		}
+	}
+	if !changed {
+		return
+	}
+	peers := make([]selection.Peer, 0, len(d.synced))
+	names := make(map[string]string, len(d.synced))
+	for _, sp := range d.synced {
+		peers = append(peers, sp.peer)
+		names[sp.peer.ID] = sp.name
+	}
+	d.names.Store(&names)
+	d.sel.SetPeers(peers)
+}
+
+// syncedPeer is a peer as the dispatcher last synced it: the table entry it
+// came from, its selection candidate and its base58 ID.
+type syncedPeer struct {
+	entry *node.PeerInfo
+	peer  selection.Peer
+	name  string
+}
+
+// idString returns the base58 form of a raw peer ID, from the names of the
+// synced peers when it is one of them.
+func (d *Dispatcher) idString(raw string) string {
+	if names := d.names.Load(); names != nil {
+		if s, ok := (*names)[raw]; ok {
+			return s
+		}
+	}
+	return peer.ID(raw).String()
+}
+
+// peerOf converts a peer table entry to a selection candidate.
+func peerOf(pi node.PeerInfo) selection.Peer {
+	nd := pi.Data
+	// Candidates carry the peer ID's raw bytes: turning them back into a
+	// peer.ID costs nothing on the request path.
+	p := selection.Peer{ID: string(nd.PeerID), Labels: nd.Labels, Connected: pi.Connected,
+		Concurrency: nd.Capacity.MaxConcurrent}
+	for _, wt := range nd.WorkTypes {
+		t := selection.TypeInfo{Name: wt.Name}
+		if wt.Head != nil {
+			t.Head, t.HasHead = *wt.Head, true
+		}
+		p.Types = append(p.Types, t)
+	}
+	if c := nd.Capacity.MaxConcurrent + nd.Capacity.QueueSize; c > 0 {
+		p.Load = float64(nd.Load.InFlight+nd.Load.Queued) / float64(c)
+	}
+	return p
+}

@@ -100,7 +100,10 @@ func (p *Plan) candidatesLocked() []Candidate {
 // and whose last group is lastGroup (-1 for none): the per-request stages of
 // reason first, then the groups.
 func (p *Plan) decide(e *entry, state State, lastGroup int) (Reason, string) {
-	switch r := p.reason(e, state); r {
+	r := p.reason(e, state)
+	switch r {
+	case reasonNone:
+		// The request's own stages let it through: the groups decide.
 	case ReasonLacksLabel:
 		for _, l := range p.req.Labels {
 			if !e.hasLabel(l) {
@@ -110,7 +113,6 @@ func (p *Plan) decide(e *entry, state State, lastGroup int) (Reason, string) {
 		return r, ""
 	case ReasonHeadBelow:
 		return r, strconv.FormatUint(p.req.MinHead, 10)
-	case reasonNone:
 	default:
 		return r, ""
 	}

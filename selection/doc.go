@@ -2,7 +2,9 @@
 // remote peer a request goes to next. A dispatcher hands it candidates (peer,
 // group labels, heads, load) and the outcome of every attempt, and asks a
 // per-request Plan for the next peer to try; the core answers with a peer, or
-// with the reasons why none is left.
+// with the reasons why none is left. The same decision, candidate by
+// candidate (Plan.Candidates), is what views such as GET /v1/plan show, so
+// no view decides again why a peer was left out.
 //
 // The core covers the rules of one dispatch: eligibility by label and head,
 // the beyond-head rule (an empty answer above every head is final), priority

@@ -28,6 +28,10 @@ const (
 	ReasonPassedOver
 	// ReasonTried: the request already tried the peer.
 	ReasonTried
+	// ReasonSelectable is no reason to leave the peer out: the request may
+	// try it, budget permitting. Candidate records carry it; Explain counts
+	// such a peer under ReasonLimit, since the budget is what left it out.
+	ReasonSelectable
 	// ReasonLimit: the peer was selectable but the request's budget was spent.
 	ReasonLimit
 	// ReasonOther: a reason given from outside the core (the peer table's).
@@ -43,6 +47,7 @@ var reasonNames = [numReasons]string{
 	ReasonNotInGroup:  "not in any group",
 	ReasonPassedOver:  "passed over by pass-on-error",
 	ReasonTried:       "already tried",
+	ReasonSelectable:  "selectable",
 	ReasonLimit:       "not tried",
 	ReasonOther:       "other",
 }
@@ -126,6 +131,24 @@ func (x *Explanation) sort() {
 	})
 }
 
+// Tally counts candidate records by reason, each peer once (a peer in
+// several groups has a record in each, all with the same reason). It is the
+// explanation of a plan view: a candidate the request may try counts as
+// ReasonSelectable.
+func Tally(workType string, cs []Candidate) Explanation {
+	x := Explanation{WorkType: workType}
+	seen := make(map[string]struct{}, len(cs))
+	for _, c := range cs {
+		if _, ok := seen[c.Peer]; ok {
+			continue
+		}
+		seen[c.Peer] = struct{}{}
+		x.Candidates++
+		x.Add(c.Reason, c.Detail, 1)
+	}
+	return x
+}
+
 // String renders the explanation, e.g. "6 candidates for work type sha256:
 // 2 unreachable, 1 lacks label archive, 3 already tried".
 func (x Explanation) String() string {
@@ -143,85 +166,24 @@ func (x Explanation) String() string {
 	return fmt.Sprintf("%d %s for work type %s: %s", x.Candidates, noun, x.WorkType, strings.Join(parts, ", "))
 }
 
-// reason returns why e may not be tried by this request now, or reasonNone.
-// The stages run from what the request asks (cheap, certain) to what the
-// network says (liveness), so each candidate is counted under the reason an
-// operator can act on first.
-func (p *Plan) reason(e *entry) Reason {
-	for i := range p.tried {
-		if p.tried[i].e.id == e.id {
-			return ReasonTried
-		}
-	}
-	for _, l := range p.req.Labels {
-		if !e.hasLabel(l) {
-			return ReasonLacksLabel
-		}
-	}
-	// Beyond every head all heads are below; the best candidate is asked anyway.
-	if p.req.HasMinHead && !p.beyondHead && e.hasHead && e.head < p.req.MinHead {
-		return ReasonHeadBelow
-	}
-	switch e.health.load() {
-	case StateUnreachable:
-		return ReasonUnreachable
-	case StateProbing:
-		return ReasonProbing
-	}
-	return reasonNone
-}
-
-// Explain says why the plan has nothing (more) to offer.
+// Explain says why the plan has nothing (more) to offer: every candidate
+// counted once, under the reason its records carry, and the ones the
+// request could still try under the limit that stopped it.
 func (p *Plan) Explain() Explanation {
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	x := Explanation{WorkType: p.req.WorkType}
-	if p.view == nil {
-		return x
-	}
-	x.Candidates = len(p.view.all)
-	for _, e := range p.view.all {
-		r := p.reason(e)
-		detail := ""
-		switch r {
-		case ReasonLacksLabel:
-			for _, l := range p.req.Labels {
-				if !e.hasLabel(l) {
-					detail = l
-					break
-				}
-			}
-		case ReasonHeadBelow:
-			detail = fmt.Sprint(p.req.MinHead)
-		case reasonNone:
-			r, detail = p.groupReason(e)
-		}
-		x.Add(r, detail, 1)
-	}
-	return x
-}
-
-// groupReason says why a selectable candidate was not offered: the groups,
-// the cursor, or the budget.
-func (p *Plan) groupReason(e *entry) (Reason, string) {
-	if p.lb != nil {
-		if !inAnyGroup(e, p.lb) && !p.lb.IncludesDefault() {
-			return ReasonNotInGroup, ""
-		}
-		ahead := false
-		for gi := p.cursor; gi < len(p.view.groups); gi++ {
-			if slices.Contains(p.view.groups[gi].members, e) {
-				ahead = true
-				break
-			}
-		}
-		if !ahead {
-			return ReasonPassedOver, ""
-		}
-	}
+	cs := p.candidatesLocked()
 	limit := p.limitHit
+	p.mu.Unlock()
+	x := Tally(p.req.WorkType, cs)
 	if limit == "" {
 		limit = "budget"
 	}
-	return ReasonLimit, limit
+	for i, c := range x.Counts {
+		if c.Reason == ReasonSelectable {
+			x.Counts = slices.Delete(x.Counts, i, i+1)
+			x.Add(ReasonLimit, limit, c.N)
+			break
+		}
+	}
+	return x
 }

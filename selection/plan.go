@@ -279,7 +279,7 @@ func (p *Plan) pickInGroup(g *group) *entry {
 
 // selectable reports whether e may be tried by this request now.
 func (p *Plan) selectable(e *entry) bool {
-	return p.reason(e) == reasonNone
+	return p.reason(e, e.health.load()) == reasonNone
 }
 
 // Report records the outcome of an attempt on a picked peer and says what

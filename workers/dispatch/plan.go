@@ -1,11 +1,6 @@
 package dispatch
 
 import (
-	"fmt"
-	"slices"
-	"strconv"
-	"strings"
-
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/workmesh/workmesh/config"
 	"github.com/workmesh/workmesh/node/apiv1"
@@ -41,28 +36,15 @@ func (d *Dispatcher) Plan(req apiv1.PlanRequest) apiv1.PlanView {
 		v.LabelOrder, v.PassOnError, v.IncludeDefault = lb.Order, lb.PassOnError, lb.IncludesDefault()
 	}
 
-	// The counts come from the core, before anything is picked, so that a
-	// selectable peer reads as selectable rather than as already tried.
-	x := plan.Explain()
+	// The records are taken before anything is picked, so that a selectable
+	// peer reads as selectable rather than as already tried.
+	cands := plan.Candidates()
+	x := selection.Tally(req.Type, cands)
 	v.Candidates = x.Candidates
-	parts := make([]string, 0, len(x.Counts))
 	for _, c := range x.Counts {
-		pc := apiv1.PlanCount{Reason: c.Reason.String(), Detail: c.Detail, N: c.N, Text: c.String()}
-		if c.Reason == selection.ReasonLimit {
-			pc = apiv1.PlanCount{Reason: "selectable", N: c.N, Text: fmt.Sprintf("%d selectable", c.N)}
-		}
-		v.Counts = append(v.Counts, pc)
-		parts = append(parts, pc.Text)
+		v.Counts = append(v.Counts, apiv1.PlanCount{Reason: c.Reason.String(), Detail: c.Detail, N: c.N, Text: c.String()})
 	}
-	if x.Candidates == 0 && len(x.Counts) == 0 {
-		v.Explanation = x.String()
-	} else {
-		noun := "candidates"
-		if x.Candidates == 1 {
-			noun = "candidate"
-		}
-		v.Explanation = fmt.Sprintf("%d %s for work type %s: %s", x.Candidates, noun, req.Type, strings.Join(parts, ", "))
-	}
+	v.Explanation = x.String()
 
 	// The order a request would walk: every pick is handed back at once.
 	for range d.cfg.Worker.MaxRemoteWorkers + d.cfg.Worker.MaxRetries + 1 {
@@ -74,7 +56,7 @@ func (d *Dispatcher) Plan(req apiv1.PlanRequest) apiv1.PlanView {
 		v.Order = append(v.Order, apiv1.PlanPick{Peer: peer.ID(pk.Peer).String(), Group: pk.Group, Score: pk.Score, Rated: pk.Rated})
 	}
 
-	v.Groups, v.Excluded = d.planGroups(sreq, lb, plan.BeyondHead())
+	v.Groups, v.Excluded = planGroups(lb, cands)
 	local := d.pool != nil
 	if local {
 		_, local = d.pool.Registry().Get(req.Type)
@@ -90,12 +72,9 @@ func (d *Dispatcher) Plan(req apiv1.PlanRequest) apiv1.PlanView {
 	return v
 }
 
-// planGroups lays out the ranking of the request's work type by group and
-// says why each excluded candidate is excluded. The stages are those of the
-// selection core's plan, in its order: label constraints, head, liveness;
-// candidates outside every group come from the peer table.
-func (d *Dispatcher) planGroups(req selection.Request, lb *config.LabelBalancingConfig, beyondHead bool) ([]apiv1.PlanGroup, []apiv1.PlanExcluded) {
-	ranking := d.sel.Ranking(req.WorkType)
+// planGroups lays out the core's records by group, in its order, and lists
+// every candidate the request may not try once, with the core's reason.
+func planGroups(lb *config.LabelBalancingConfig, cands []selection.Candidate) ([]apiv1.PlanGroup, []apiv1.PlanExcluded) {
 	var groups []apiv1.PlanGroup
 	if lb == nil {
 		groups = []apiv1.PlanGroup{{Peers: []apiv1.PlanPeer{}}}
@@ -109,53 +88,21 @@ func (d *Dispatcher) planGroups(req selection.Request, lb *config.LabelBalancing
 	}
 	excluded := []apiv1.PlanExcluded{}
 	seen := map[string]bool{}
-	for _, r := range ranking {
-		gi := slices.IndexFunc(groups, func(g apiv1.PlanGroup) bool { return g.Label == r.Group })
-		if gi < 0 {
-			continue // a group that changed under the snapshot
+	for _, c := range cands {
+		id := peer.ID(c.Peer).String()
+		var why, detail string
+		if c.Reason != selection.ReasonSelectable {
+			why, detail = c.Reason.String(), c.Detail
 		}
-		id := peer.ID(r.Peer).String()
-		pp := apiv1.PlanPeer{Peer: id, Score: r.Score, Rated: r.Rated, State: r.State.String()}
-		pp.Excluded, pp.Detail = d.excludedBy(req, r, beyondHead)
-		groups[gi].Peers = append(groups[gi].Peers, pp)
-		if !seen[r.Peer] {
-			seen[r.Peer] = true
-			if pp.Excluded != "" {
-				excluded = append(excluded, apiv1.PlanExcluded{Peer: id, Reason: pp.Excluded, Detail: pp.Detail})
-			}
+		if gi := c.GroupIndex; gi >= 0 && gi < len(groups) && groups[gi].Label == c.Group {
+			groups[gi].Peers = append(groups[gi].Peers, apiv1.PlanPeer{Peer: id, Score: c.Score, Rated: c.Rated, State: c.State.String(), Excluded: why, Detail: detail})
 		}
-	}
-	if lb != nil && !lb.IncludesDefault() {
-		for _, pi := range d.node.Peers().Peers() {
-			if seen[string(pi.Data.PeerID)] || !pi.Data.Serves(req.WorkType) {
-				continue
-			}
-			if !slices.ContainsFunc(lb.Order, func(l string) bool { return slices.Contains(pi.Data.Labels, l) }) {
-				excluded = append(excluded, apiv1.PlanExcluded{Peer: pi.Data.PeerID.String(), Reason: selection.ReasonNotInGroup.String()})
+		if !seen[c.Peer] {
+			seen[c.Peer] = true
+			if why != "" {
+				excluded = append(excluded, apiv1.PlanExcluded{Peer: id, Reason: why, Detail: detail})
 			}
 		}
 	}
 	return groups, excluded
-}
-
-// excludedBy says why the request may not try a ranked peer, or "".
-func (d *Dispatcher) excludedBy(req selection.Request, r selection.Ranked, beyondHead bool) (string, string) {
-	pi, ok := d.node.Peers().Get(peer.ID(r.Peer))
-	if ok {
-		for _, l := range req.Labels {
-			if !slices.Contains(pi.Data.Labels, l) {
-				return selection.ReasonLacksLabel.String(), l
-			}
-		}
-		if h, has := pi.Data.Head(req.WorkType); req.HasMinHead && !beyondHead && has && h < req.MinHead {
-			return selection.ReasonHeadBelow.String(), strconv.FormatUint(req.MinHead, 10)
-		}
-	}
-	switch r.State {
-	case selection.StateUnreachable:
-		return selection.ReasonUnreachable.String(), ""
-	case selection.StateProbing:
-		return selection.ReasonProbing.String(), ""
-	}
-	return "", ""
 }

@@ -2,6 +2,7 @@ package node
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/workmesh/workmesh/node/scrape"
 )
 
 // Metric descriptions of the peer table. They are read from the table at
@@ -23,27 +24,22 @@ var (
 // (peers known, fresh and connected, and NodeData records refused by source
 // and reason) and the gossip messages dropped for full queues. Register it
 // in the node's own registry; it reads the counts at scrape time.
-func (n *Node) Collector() prometheus.Collector { return nodeCollector{n} }
-
-type nodeCollector struct{ n *Node }
-
-// Describe implements prometheus.Collector.
-func (c nodeCollector) Describe(ch chan<- *prometheus.Desc) {
-	tableCollector{c.n.table}.Describe(ch)
-	ch <- descGossipDropped
+func (n *Node) Collector() prometheus.Collector {
+	return scrape.Collector(n.collect, []*prometheus.Desc{descGossipDropped}, n.table.Collector())
 }
 
-// Collect implements prometheus.Collector.
-func (c nodeCollector) Collect(ch chan<- prometheus.Metric) {
-	tableCollector{c.n.table}.Collect(ch)
-	validation, outbound := c.n.gossip.ann.Dropped()
+// collect sends the gossip drops counted so far.
+func (n *Node) collect(ch chan<- prometheus.Metric) {
+	validation, outbound := n.gossip.ann.Dropped()
 	ch <- prometheus.MustNewConstMetric(descGossipDropped, prometheus.CounterValue, float64(validation), "validation_queue")
 	ch <- prometheus.MustNewConstMetric(descGossipDropped, prometheus.CounterValue, float64(outbound), "peer_queue")
 }
 
 // Collector returns a Prometheus collector of the table (see
 // (*Node).Collector).
-func (t *PeerTable) Collector() prometheus.Collector { return tableCollector{t} }
+func (t *PeerTable) Collector() prometheus.Collector {
+	return scrape.Collector(t.collect, []*prometheus.Desc{descPeersKnown, descPeersFresh, descPeersConnected, descRejections})
+}
 
 // Known returns the number of peers in the table, fresh or not yet expired.
 func (t *PeerTable) Known() int { return len(t.view().byID) }
@@ -71,23 +67,13 @@ func sourceLabel(s Source) string {
 	return s.String()
 }
 
-type tableCollector struct{ t *PeerTable }
-
-// Describe implements prometheus.Collector.
-func (c tableCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- descPeersKnown
-	ch <- descPeersFresh
-	ch <- descPeersConnected
-	ch <- descRejections
-}
-
-// Collect implements prometheus.Collector.
-func (c tableCollector) Collect(ch chan<- prometheus.Metric) {
-	st := c.t.view()
-	now := c.t.clock.Now()
+// collect sends the table's counts now.
+func (t *PeerTable) collect(ch chan<- prometheus.Metric) {
+	st := t.view()
+	now := t.clock.Now()
 	fresh, connected := 0, 0
 	for _, e := range st.byID {
-		if c.t.fresh(e, now) {
+		if t.fresh(e, now) {
 			fresh++
 			if e.Connected {
 				connected++
@@ -99,7 +85,7 @@ func (c tableCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descPeersConnected, prometheus.GaugeValue, float64(connected))
 	for src := range Source(numSources) {
 		for _, r := range RejectReasons() {
-			n := c.t.rejectsBy[src][r].Load()
+			n := t.rejectsBy[src][r].Load()
 			if n == 0 && src == 0 {
 				continue // the unsaid source only shows once it counts
 			}

@@ -54,13 +54,13 @@ func TestPackageGraph(t *testing.T) {
 		"node/apiv1":         {"selection"},
 		"workers":            {"selection"},
 		"workers/builtin":    {"workers"},
-		"workers/pool":       {"workers", "config", "node"},
-		"workers/protocol":   {"workers", "workers/pool", "config", "node/frame"},
+		"workers/pool":       {"workers", "config", "node", "node/scrape"},
+		"workers/protocol":   {"workers", "workers/pool", "config", "node/frame", "node/scrape"},
 		"workers/access":     {"workers", "config"},
 		"workers/faults":     {"workers", "workers/pool", "config", "node", "node/httpapi", "node/apiv1"},
 		"workers/httpwork":   {"workers", "config"},
 		"workers/jsonrpc":    {"workers", "workers/httpwork", "config", "node/httpapi"},
-		"workers/dispatch":   {"workers", "workers/builtin", "workers/pool", "workers/protocol", "config", "node", "node/apiv1", "selection"},
+		"workers/dispatch":   {"workers", "workers/builtin", "workers/pool", "workers/protocol", "config", "node", "node/apiv1", "node/scrape", "selection"},
 		"workers/workertest": {"workers", "workers/builtin", "workers/pool", "config"},
 	}
 	for pkg, imports := range direct {

@@ -1,6 +1,9 @@
 package api
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/workmesh/workmesh/node/scrape"
+)
 
 // Metric descriptions of the work API.
 var descAPIRefused = prometheus.NewDesc("workmesh_api_refused_total",
@@ -10,16 +13,13 @@ var descAPIRefused = prometheus.NewDesc("workmesh_api_refused_total",
 // refused before dispatching them (bad_request, body_too_large,
 // method_not_allowed). Dispatched requests are the dispatcher's
 // workmesh_requests_total.
-func (a *Work) Collector() prometheus.Collector { return apiCollector{a} }
+func (a *Work) Collector() prometheus.Collector {
+	return scrape.Collector(a.collect, []*prometheus.Desc{descAPIRefused})
+}
 
-type apiCollector struct{ a *Work }
-
-// Describe implements prometheus.Collector.
-func (c apiCollector) Describe(ch chan<- *prometheus.Desc) { ch <- descAPIRefused }
-
-// Collect implements prometheus.Collector.
-func (c apiCollector) Collect(ch chan<- prometheus.Metric) {
-	st := c.a.Stats()
+// collect sends the refusals counted so far.
+func (a *Work) collect(ch chan<- prometheus.Metric) {
+	st := a.Stats()
 	for _, r := range []string{reasonBadRequest, reasonTooLarge, reasonMethod} {
 		ch <- prometheus.MustNewConstMetric(descAPIRefused, prometheus.CounterValue, float64(st.ByReason[r]), r)
 	}

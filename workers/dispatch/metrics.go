@@ -10,6 +10,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/workmesh/workmesh/node/apiv1"
+	"github.com/workmesh/workmesh/node/scrape"
 	"github.com/workmesh/workmesh/selection"
 )
 
@@ -240,32 +241,17 @@ var (
 //
 // Transitions are counted through the selector's Liveness.OnTransition,
 // which the dispatcher sets when it is made; replacing it stops the count.
-func (d *Dispatcher) Collector() prometheus.Collector { return dispatchCollector{d} }
-
-type dispatchCollector struct{ d *Dispatcher }
-
-func (c dispatchCollector) counters() []prometheus.Collector {
-	m := c.d.metrics
-	return []prometheus.Collector{m.requests, m.duration, m.attempts, m.hedgesFired, m.hedgesWon,
-		m.fallbacks, m.beyondHead, m.transitions, m.polls, m.pollRTT}
+func (d *Dispatcher) Collector() prometheus.Collector {
+	m := d.metrics
+	return scrape.Collector(d.collect,
+		[]*prometheus.Desc{descInFlight, descLiveness, descLivenessCount, descScore, descRated, descPeerRTT},
+		m.requests, m.duration, m.attempts, m.hedgesFired, m.hedgesWon,
+		m.fallbacks, m.beyondHead, m.transitions, m.polls, m.pollRTT)
 }
 
-// Describe implements prometheus.Collector.
-func (c dispatchCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, col := range c.counters() {
-		col.Describe(ch)
-	}
-	for _, d := range []*prometheus.Desc{descInFlight, descLiveness, descLivenessCount, descScore, descRated, descPeerRTT} {
-		ch <- d
-	}
-}
-
-// Collect implements prometheus.Collector.
-func (c dispatchCollector) Collect(ch chan<- prometheus.Metric) {
-	d := c.d
-	for _, col := range c.counters() {
-		col.Collect(ch)
-	}
+// collect sends what the dispatcher knows of its peers now: the liveness
+// state, score and poll round-trip time of each.
+func (d *Dispatcher) collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descInFlight, prometheus.GaugeValue, float64(d.metrics.inFlight.Load()))
 	live := d.sel.Liveness()
 	counts := live.Counts()

@@ -1,6 +1,9 @@
 package pool
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/workmesh/workmesh/node/scrape"
+)
 
 // Metric descriptions of the local worker.
 var (
@@ -12,20 +15,13 @@ var (
 
 // Collector returns a Prometheus collector of the local worker's load and
 // capacity, read at scrape time.
-func (p *Pool) Collector() prometheus.Collector { return collector{p} }
-
-type collector struct{ p *Pool }
-
-// Describe implements prometheus.Collector.
-func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- descLocalInFlight
-	ch <- descLocalQueued
-	ch <- descLocalCapacity
+func (p *Pool) Collector() prometheus.Collector {
+	return scrape.Collector(p.collect, []*prometheus.Desc{descLocalInFlight, descLocalQueued, descLocalCapacity})
 }
 
-// Collect implements prometheus.Collector.
-func (c collector) Collect(ch chan<- prometheus.Metric) {
-	st := c.p.Stats()
+// collect sends the local worker's load and capacity now.
+func (p *Pool) collect(ch chan<- prometheus.Metric) {
+	st := p.Stats()
 	ch <- prometheus.MustNewConstMetric(descLocalInFlight, prometheus.GaugeValue, float64(st.InFlight))
 	ch <- prometheus.MustNewConstMetric(descLocalQueued, prometheus.GaugeValue, float64(st.Queued))
 	ch <- prometheus.MustNewConstMetric(descLocalCapacity, prometheus.GaugeValue, float64(st.MaxConcurrent), "concurrent")

@@ -1,6 +1,9 @@
 package protocol
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/workmesh/workmesh/node/scrape"
+)
 
 // Metric descriptions of the work server.
 var (
@@ -14,20 +17,13 @@ var (
 
 // Collector returns a Prometheus collector of the work server's counters
 // (what this node did for its peers), read at scrape time.
-func (s *Server) Collector() prometheus.Collector { return collector{s} }
-
-type collector struct{ s *Server }
-
-// Describe implements prometheus.Collector.
-func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- descServed
-	ch <- descServedMalformed
-	ch <- descServedDropped
+func (s *Server) Collector() prometheus.Collector {
+	return scrape.Collector(s.collect, []*prometheus.Desc{descServed, descServedMalformed, descServedDropped})
 }
 
-// Collect implements prometheus.Collector.
-func (c collector) Collect(ch chan<- prometheus.Metric) {
-	st := c.s.Stats()
+// collect sends the work server's counters now.
+func (s *Server) collect(ch chan<- prometheus.Metric) {
+	st := s.Stats()
 	for o, n := range st.ByOutcome {
 		ch <- prometheus.MustNewConstMetric(descServed, prometheus.CounterValue, float64(n), o.String())
 	}

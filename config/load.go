@@ -4,18 +4,20 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"reflect"
+	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/go-viper/mapstructure/v2"
 	"github.com/knadh/koanf/maps"
-	"github.com/knadh/koanf/parsers/yaml"
 	"github.com/knadh/koanf/providers/env/v2"
-	"github.com/knadh/koanf/providers/file"
 	"github.com/knadh/koanf/providers/posflag"
 	"github.com/knadh/koanf/v2"
 	"github.com/spf13/pflag"
+	"go.yaml.in/yaml/v3"
 )
 
 // LoadOptions says where settings come from. Any field may be zero.
@@ -28,6 +30,15 @@ type LoadOptions struct {
 	Flags *pflag.FlagSet
 	// Environ is the environment in os.Environ() form; nil means none.
 	Environ []string
+	// OtherEnv names WORKMESH_* variables that the program reads itself
+	// and that are not settings (a client's target address, say): Load
+	// neither reads nor refuses them. Every other WORKMESH_* variable that
+	// names no setting is an error.
+	OtherEnv []string
+	// KnownWorkTypes lists every work type the program has; a work type
+	// in work-types or work-type-defaults that is not among them is an
+	// error naming them all. Nil means work types are not checked.
+	KnownWorkTypes []string
 }
 
 // Source says where the effective value of a setting came from.
@@ -93,11 +104,13 @@ func BindFlags(fs *pflag.FlagSet) {
 // Load returns the effective, defaulted and validated Config.
 //
 // Sources apply in the order defaults < YAML file < WORKMESH_* environment
-// < flags, key by key. An unknown key in the file, an unknown WORKMESH_*
-// variable or a value of the wrong type is an error naming it (wrapping
-// ErrUnknownSetting or ErrBadValue); a missing file wraps fs.ErrNotExist;
-// settings out of bounds wrap ErrInvalid. All problems of one stage are
-// reported together.
+// < flags, key by key. Every problem is reported, each naming the setting,
+// its value, what is wanted and where the value came from ("file
+// node.yaml line 12", "env WORKMESH_MAX_RETRIES", "flag --max-retries"):
+// an unknown key in the file or an unknown WORKMESH_* variable wraps
+// ErrUnknownSetting, a value of the wrong type ErrBadValue, a file that is
+// not YAML ErrSyntax, a missing file fs.ErrNotExist, and a setting out of
+// bounds ErrInvalid.
 func Load(opts LoadOptions) (Config, error) {
 	c, _, err := load(opts)
 	return c, err
@@ -123,6 +136,27 @@ func Explain(opts LoadOptions) ([]Setting, error) {
 	return out, nil
 }
 
+// CheckEnviron reports every WORKMESH_* variable of environ that is neither
+// a setting nor named in other, with the same error Load gives for it. It
+// is for programs that read WORKMESH_* variables without loading settings.
+func CheckEnviron(environ []string, other ...string) error {
+	s, err := loadSchema()
+	if err != nil {
+		return err
+	}
+	var problems []error
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(name, envPrefix) && s.byEnv[name] == nil && !slices.Contains(other, name) {
+			problems = append(problems, s.unknownEnv(name, other))
+		}
+	}
+	if len(problems) == 0 {
+		return nil
+	}
+	return problemList(problems)
+}
+
 // load does the work of Load and also returns the source of every key that
 // a file, the environment or a flag set.
 func load(opts LoadOptions) (Config, map[string]Source, error) {
@@ -135,7 +169,7 @@ func load(opts LoadOptions) (Config, map[string]Source, error) {
 		return Config{}, nil, fmt.Errorf("config defaults: %w", err)
 	}
 
-	sources := map[string]Source{}
+	loc := &locator{schema: s, sources: map[string]Source{}}
 	var problems []error
 	add := func(src Source, m map[string]any, errs []error) error {
 		problems = append(problems, errs...)
@@ -144,18 +178,24 @@ func load(opts LoadOptions) (Config, map[string]Source, error) {
 		}
 		flat, _ := maps.Flatten(m, nil, ".")
 		for key := range flat {
-			sources[key] = src
+			loc.sources[key] = src
 		}
 		return k.Load(layer(m), nil)
 	}
+	// A file that could not be read or parsed leaves its settings unknown;
+	// checking the others against the defaults in their place would report
+	// problems that are not there.
+	fileUsable := true
 	if opts.File != "" {
-		m, errs := readFile(s, opts.File)
-		if err := add(SourceFile, m, errs); err != nil {
+		f, errs := readFile(s, opts.File)
+		fileUsable = f.pos != nil
+		loc.file = f.pos
+		if err := add(SourceFile, f.values, errs); err != nil {
 			return Config{}, nil, err
 		}
 	}
 	if opts.Environ != nil {
-		m, errs := readEnv(s, opts.Environ)
+		m, errs := readEnv(s, opts.Environ, opts.OtherEnv)
 		if err := add(SourceEnv, m, errs); err != nil {
 			return Config{}, nil, err
 		}
@@ -166,8 +206,8 @@ func load(opts LoadOptions) (Config, map[string]Source, error) {
 			return Config{}, nil, err
 		}
 	}
-	if len(problems) > 0 {
-		return Config{}, nil, report("config", "", problems)
+	if !fileUsable {
+		return Config{}, nil, problemList(loc.locate(problems))
 	}
 
 	// Every value is already checked and canonical, so the decode is
@@ -181,35 +221,102 @@ func load(opts LoadOptions) (Config, map[string]Source, error) {
 		return Config{}, nil, fmt.Errorf("config: decode: %w", err)
 	}
 	c.SetDefaults()
-	if err := c.Validate(); err != nil {
-		return Config{}, nil, report("invalid config", "invalid config: ", leaves(err))
+	// A value refused above was left at its default; a check of it, or
+	// against it, would report a problem the user does not have.
+	for _, e := range leaves(c.Validate()) {
+		if !overlaps(e, problems) {
+			problems = append(problems, e)
+		}
 	}
-	return c, sources, nil
+	if opts.KnownWorkTypes != nil {
+		problems = append(problems, leaves(c.validateWorkTypes(opts.KnownWorkTypes))...)
+	}
+	if len(problems) > 0 {
+		return Config{}, nil, problemList(loc.locate(problems))
+	}
+	return c, loc.sources, nil
+}
+
+// overlaps reports whether e is about a setting that one of refused, the
+// problems of the sources, is about: the same key, or one inside the other.
+func overlaps(e error, refused []error) bool {
+	var p *problem
+	if !errors.As(e, &p) {
+		return false
+	}
+	for _, r := range refused {
+		var rp *problem
+		if !errors.As(r, &rp) {
+			continue
+		}
+		for _, a := range p.keys {
+			for _, b := range rp.keys {
+				if a == b || strings.HasPrefix(a, b+".") || strings.HasPrefix(b, a+".") {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// fileSettings is what readFile found in a file: the checked values and
+// the positions of their keys. pos is nil when the file could not be read
+// or is not a YAML mapping.
+type fileSettings struct {
+	values map[string]any
+	pos    *positions
 }
 
 // readFile reads the YAML file at path and checks every key and value.
-func readFile(s *schema, path string) (map[string]any, []error) {
-	kf := koanf.New(".")
-	if err := kf.Load(file.Provider(path), yaml.Parser()); err != nil {
+// koanf's YAML parser keeps no positions, so the file is decoded into a
+// yaml.Node first, which gives every key its line.
+func readFile(s *schema, path string) (fileSettings, []error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
 		// The path is already in the message; keep only the cause.
 		var pe *fs.PathError
 		if errors.As(err, &pe) {
 			err = pe.Err
 		}
-		return nil, []error{fmt.Errorf("config %s: %w", path, err)}
+		return fileSettings{}, []error{fmt.Errorf("file %s: %w", path, err)}
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return fileSettings{}, []error{&problem{msg: fmt.Sprintf("file %s: %v", path, err), class: ErrSyntax}}
+	}
+	pos := &positions{path: path, lines: map[string]int{}, entries: map[string][]int{}}
+	if len(doc.Content) == 0 {
+		return fileSettings{pos: pos}, nil // an empty file sets nothing
+	}
+	root := doc.Content[0]
+	if root.Kind != yaml.MappingNode {
+		return fileSettings{}, []error{&problem{
+			msg:   fmt.Sprintf("file %s line %d: want a mapping of settings, got %s", path, root.Line, nodeKind(root)),
+			class: ErrSyntax,
+		}}
 	}
 	var errs []error
-	m := s.normalize("", reflect.TypeFor[Config](), kf.Raw(), func(err error) {
-		errs = append(errs, fmt.Errorf("config %s: %w", path, err))
+	pos.walk("", root, func(p *problem) { errs = append(errs, p) })
+	if len(errs) > 0 {
+		return fileSettings{}, errs
+	}
+	var raw map[string]any
+	if err := root.Decode(&raw); err != nil {
+		return fileSettings{}, []error{&problem{msg: fmt.Sprintf("file %s: %v", path, err), class: ErrSyntax}}
+	}
+	m := s.normalize("", reflect.TypeFor[Config](), raw, func(p *problem) {
+		p.where = pos.where(p.keys[0], p.entry)
+		errs = append(errs, p)
 	})
-	return m, errs
+	return fileSettings{values: m, pos: pos}, errs
 }
 
 // normalize checks raw, the nested map one source gave for struct type t:
 // every key must name a field and every value must have its type. It
 // returns the map with values in their canonical types and reports each
 // problem to fail.
-func (s *schema) normalize(prefix string, t reflect.Type, raw map[string]any, fail func(error)) map[string]any {
+func (s *schema) normalize(prefix string, t reflect.Type, raw map[string]any, fail func(*problem)) map[string]any {
 	fields := map[string]field{}
 	for _, f := range s.fields[t] {
 		fields[f.name] = f
@@ -219,7 +326,11 @@ func (s *schema) normalize(prefix string, t reflect.Type, raw map[string]any, fa
 		v, key := raw[name], prefix+name
 		f, ok := fields[name]
 		if !ok {
-			fail(&problem{msg: fmt.Sprintf("unknown key %q", key), class: ErrUnknownSetting})
+			fail(&problem{
+				msg:   fmt.Sprintf("unknown key %q%s", key, didYouMean(key, fieldNames(prefix, fields))),
+				class: ErrUnknownSetting,
+				keys:  []string{key},
+			})
 			continue
 		}
 		switch f.kind {
@@ -265,12 +376,23 @@ func (s *schema) normalize(prefix string, t reflect.Type, raw map[string]any, fa
 	return out
 }
 
-func badValue(key string, err error) error {
-	return &problem{msg: fmt.Sprintf("key %q: %v", key, err), class: ErrBadValue}
+func badValue(key string, err error) *problem {
+	return &problem{msg: fmt.Sprintf("%s: %v", key, err), class: ErrBadValue, keys: []string{key}}
 }
 
-// readEnv reads the WORKMESH_* variables of environ.
-func readEnv(s *schema, environ []string) (map[string]any, []error) {
+// fieldNames returns the keys of fields with prefix before each, sorted.
+func fieldNames(prefix string, fields map[string]field) []string {
+	names := make([]string, 0, len(fields))
+	for name := range fields {
+		names = append(names, prefix+name)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// readEnv reads the WORKMESH_* variables of environ; those named in other
+// are left alone.
+func readEnv(s *schema, environ, other []string) (map[string]any, []error) {
 	var errs []error
 	p := env.Provider(".", env.Opt{
 		Prefix:      envPrefix,
@@ -278,17 +400,16 @@ func readEnv(s *schema, environ []string) (map[string]any, []error) {
 		TransformFunc: func(name, value string) (string, any) {
 			st := s.byEnv[name]
 			if st == nil {
-				if !otherEnv[name] {
-					errs = append(errs, &problem{
-						msg:   fmt.Sprintf("environment variable %s is not a workmesh setting", name),
-						class: ErrUnknownSetting,
-					})
+				if !slices.Contains(other, name) {
+					errs = append(errs, s.unknownEnv(name, other))
 				}
 				return "", nil
 			}
 			v, err := parseText(st.kind, value)
 			if err != nil {
-				errs = append(errs, &problem{msg: fmt.Sprintf("environment variable %s: %v", name, err), class: ErrBadValue})
+				p := badValue(st.key, err)
+				p.where = "env " + name
+				errs = append(errs, p)
 				return "", nil
 			}
 			return st.key, v
@@ -299,6 +420,34 @@ func readEnv(s *schema, environ []string) (map[string]any, []error) {
 		errs = append(errs, fmt.Errorf("environment: %w", err))
 	}
 	return m, errs
+}
+
+// unknownEnv is the problem of a WORKMESH_* variable that names no
+// setting and is not one of other: it names the variable, the nearest
+// known one and how the known ones are named.
+func (s *schema) unknownEnv(name string, other []string) error {
+	known := make([]string, 0, len(s.byEnv)+len(other))
+	for _, st := range s.settings {
+		known = append(known, st.env)
+	}
+	known = append(known, other...)
+	hint := didYouMean(name, known)
+	if hint == "" {
+		hint = ";"
+	}
+	reads := envPrefix + "<KEY>"
+	if len(other) > 0 {
+		reads = strings.Join(other, ", ") + " and " + reads
+	}
+	examples := []string{fmt.Sprintf("%s for max-retries", s.byKey["max-retries"].env)}
+	for _, st := range s.settings {
+		if st.env != envName(st.key) {
+			examples = append(examples, fmt.Sprintf("but %s for %s", st.env, st.key))
+		}
+	}
+	msg := fmt.Sprintf("environment variable %s is not a workmesh variable%s workmesh reads %s for every setting key "+
+		"`workmesh config print` lists (%s)", name, hint, reads, strings.Join(examples, ", "))
+	return &problem{msg: msg, class: ErrUnknownSetting}
 }
 
 // readFlags reads the flags of fs that the user changed.
@@ -315,7 +464,9 @@ func readFlags(s *schema, fs *pflag.FlagSet) (map[string]any, []error) {
 		}
 		v, err := coerce(st.kind, posflag.FlagVal(fs, f))
 		if err != nil {
-			errs = append(errs, &problem{msg: fmt.Sprintf("flag --%s: %v", f.Name, err), class: ErrBadValue})
+			p := badValue(st.key, err)
+			p.where = "flag --" + f.Name
+			errs = append(errs, p)
 			return "", nil
 		}
 		return st.key, v
@@ -335,17 +486,32 @@ func (l layer) ReadBytes() ([]byte, error) {
 	return nil, errors.New("config layer: ReadBytes is not supported")
 }
 
-// report joins problems for the user: one reads on one line after
-// single, several are listed under a heading that counts them.
-func report(heading, single string, problems []error) error {
-	if len(problems) == 1 {
-		return fmt.Errorf("%s%w", single, problems[0])
+// problemList is every configuration problem found at once. It reads
+// "config: <problem>" for one, else a heading that counts them and one
+// problem a line, and it unwraps to each, so that errors.Is finds every
+// class among them.
+type problemList []error
+
+func (l problemList) Error() string {
+	if len(l) == 1 {
+		return "config: " + l[0].Error()
 	}
-	return fmt.Errorf("%s (%d problems):\n%w", heading, len(problems), errors.Join(problems...))
+	var b strings.Builder
+	fmt.Fprintf(&b, "config (%d problems):", len(l))
+	for _, p := range l {
+		b.WriteString("\n  ")
+		b.WriteString(p.Error())
+	}
+	return b.String()
 }
+
+func (l problemList) Unwrap() []error { return l }
 
 // leaves flattens a tree of joined errors into its single errors.
 func leaves(err error) []error {
+	if err == nil {
+		return nil
+	}
 	j, ok := err.(interface{ Unwrap() []error })
 	if !ok {
 		return []error{err}

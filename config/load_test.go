@@ -96,18 +96,18 @@ label-balancing: {order: [full], pass-on-error: true}
 }
 
 func TestLoad_UnknownFileKey(t *testing.T) {
-	tests := []struct{ yaml, key string }{
-		{"worker-timout: 1s\n", "worker-timout"},
-		{"label-balancing: {order: [full], oder: [x]}\n", "label-balancing.oder"},
-		{"work-type-defaults: {sha256: {retry-delay: 1s}}\n", "work-type-defaults.sha256.retry-delay"},
-		{"work-type-defaults: {sha256: {label-balancing: {order: [a], bogus: 1}}}\n", "work-type-defaults.sha256.label-balancing.bogus"},
-		{"Worker-Timeout: 1s\n", "Worker-Timeout"}, // one spelling per setting: keys are case-sensitive
-		{"worker_timeout: 1s\n", "worker_timeout"},
+	tests := []struct{ yaml, key, hint string }{
+		{"worker-timout: 1s\n", "worker-timout", `, did you mean "worker-timeout"?`},
+		{"label-balancing: {order: [full], oder: [x]}\n", "label-balancing.oder", `, did you mean "label-balancing.order"?`},
+		{"work-type-defaults: {sha256: {retry-delay: 1s}}\n", "work-type-defaults.sha256.retry-delay", ""},
+		{"work-type-defaults: {sha256: {label-balancing: {order: [a], bogus: 1}}}\n", "work-type-defaults.sha256.label-balancing.bogus", ""},
+		{"Worker-Timeout: 1s\n", "Worker-Timeout", `, did you mean "worker-timeout"?`}, // one spelling per setting: keys are case-sensitive
+		{"worker_timeout: 1s\n", "worker_timeout", `, did you mean "worker-timeout"?`},
 	}
 	for _, tt := range tests {
 		path := writeFile(t, tt.yaml)
 		_, err := Load(LoadOptions{File: path})
-		want := fmt.Sprintf("config %s: unknown key %q", path, tt.key)
+		want := fmt.Sprintf("config: unknown key %q%s (file %s line 1)", tt.key, tt.hint, path)
 		if err == nil || err.Error() != want {
 			t.Errorf("Load(%q) = %v, want %q", tt.yaml, err, want)
 		}
@@ -119,23 +119,23 @@ func TestLoad_UnknownFileKey(t *testing.T) {
 
 func TestLoad_WrongType(t *testing.T) {
 	tests := []struct{ yaml, want string }{
-		{"max-retries: abc\n", `key "max-retries": want an integer, got string "abc"`},
-		{"max-retries: 1.5\n", `key "max-retries": want an integer, got number 1.5`},
-		{"worker-timeout: 5\n", `key "worker-timeout": want a duration with a unit such as "500ms", got integer 5`},
-		{"worker-timeout: soon\n", `key "worker-timeout": want a duration such as "500ms", got string "soon"`},
-		{"network: 42\n", `key "network": want a string, got integer 42`},
-		{"listen: /ip4/0.0.0.0/tcp/1\n", `key "listen": want a list of strings, got string "/ip4/0.0.0.0/tcp/1"`},
-		{"labels: [full, 2]\n", `key "labels": entry 2: want a string, got integer 2`},
-		{"rating-error-weight: high\n", `key "rating-error-weight": want a number, got string "high"`},
-		{"label-balancing: [full]\n", `key "label-balancing": want a mapping, got a list`},
-		{"label-balancing: {order: [full], pass-on-error: maybe}\n", `key "label-balancing.pass-on-error": want true or false, got string "maybe"`},
-		{"work-type-defaults: [sha256]\n", `key "work-type-defaults": want a mapping from name to settings, got a list`},
-		{"work-type-defaults: {sha256: {label-balancing: {order: full}}}\n", `key "work-type-defaults.sha256.label-balancing.order": want a list of strings, got string "full"`},
+		{"max-retries: abc\n", `max-retries: want an integer, got string "abc"`},
+		{"max-retries: 1.5\n", `max-retries: want an integer, got number 1.5`},
+		{"worker-timeout: 5\n", `worker-timeout: want a duration with a unit such as "500ms", got integer 5`},
+		{"worker-timeout: soon\n", `worker-timeout: want a duration such as "500ms", got string "soon"`},
+		{"network: 42\n", `network: want a string, got integer 42`},
+		{"listen: {a: b}\n", `listen: want a list of strings, got a mapping`},
+		{"labels: [full, 2]\n", `labels: entry 2: want a string, got integer 2`},
+		{"rating-error-weight: high\n", `rating-error-weight: want a number, got string "high"`},
+		{"label-balancing: [full]\n", `label-balancing: want a mapping, got a list`},
+		{"label-balancing: {order: [full], pass-on-error: maybe}\n", `label-balancing.pass-on-error: want true or false, got string "maybe"`},
+		{"work-type-defaults: [sha256]\n", `work-type-defaults: want a mapping from name to settings, got a list`},
+		{"work-type-defaults: {sha256: {label-balancing: {order: 3}}}\n", `work-type-defaults.sha256.label-balancing.order: want a list of strings, got integer 3`},
 	}
 	for _, tt := range tests {
 		path := writeFile(t, tt.yaml)
 		_, err := Load(LoadOptions{File: path})
-		want := fmt.Sprintf("config %s: %s", path, tt.want)
+		want := fmt.Sprintf("config: %s (file %s line 1)", tt.want, path)
 		if err == nil || err.Error() != want {
 			t.Errorf("Load(%q) = %v\nwant %s", tt.yaml, err, want)
 		}
@@ -150,7 +150,9 @@ func TestLoad_UnknownEnv(t *testing.T) {
 		"HOME=/root", "PATH=/bin", "workmesh_worker_timeout=1s", // not ours: ignored
 		"WORKMESH_WORKER_TIMOUT=1s",
 	}})
-	want := "environment variable WORKMESH_WORKER_TIMOUT is not a workmesh setting"
+	want := "config: environment variable WORKMESH_WORKER_TIMOUT is not a workmesh variable, " +
+		`did you mean "WORKMESH_WORKER_TIMEOUT"? workmesh reads WORKMESH_<KEY> for every setting key ` +
+		"`workmesh config print` lists (WORKMESH_MAX_RETRIES for max-retries, but WORKMESH_NODE_API for api)"
 	if err == nil || err.Error() != want {
 		t.Fatalf("Load = %v, want %q", err, want)
 	}
@@ -164,7 +166,7 @@ func TestLoad_UnknownEnv(t *testing.T) {
 	}
 	// A bad value names its variable.
 	_, err = Load(LoadOptions{Environ: []string{"WORKMESH_MAX_RETRIES=many"}})
-	want = `environment variable WORKMESH_MAX_RETRIES: want an integer, got string "many"`
+	want = `config: max-retries: want an integer, got string "many" (env WORKMESH_MAX_RETRIES)`
 	if err == nil || err.Error() != want || !errors.Is(err, ErrBadValue) {
 		t.Errorf("Load = %v, want %q wrapping ErrBadValue", err, want)
 	}
@@ -231,7 +233,7 @@ func TestLoad_EnvSlices(t *testing.T) {
 	}
 	// An empty entry is kept, so that validation reports it.
 	_, err := Load(LoadOptions{Environ: []string{"WORKMESH_LABEL_BALANCING_ORDER=full,,archive"}})
-	if err == nil || err.Error() != "invalid config: label-balancing: order entry 2 is empty" {
+	if err == nil || err.Error() != "config: label-balancing: order entry 2 is empty (env WORKMESH_LABEL_BALANCING_ORDER)" {
 		t.Errorf("Load = %v, want the empty entry reported", err)
 	}
 }
@@ -239,12 +241,12 @@ func TestLoad_EnvSlices(t *testing.T) {
 func TestLoad_MissingFile(t *testing.T) {
 	path := t.TempDir() + "/missing.yaml"
 	_, err := Load(LoadOptions{File: path})
-	if !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), "config "+path+": ") {
+	if !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), "config: file "+path+": ") {
 		t.Errorf("Load = %v, want a not-exist error naming %s", err, path)
 	}
 	_, err = Load(LoadOptions{File: writeFile(t, "worker-timeout: [1s\n")})
-	if err == nil || !strings.Contains(err.Error(), "yaml") {
-		t.Errorf("Load of broken YAML = %v, want a YAML error", err)
+	if err == nil || !strings.Contains(err.Error(), "yaml: line 1:") || !errors.Is(err, ErrSyntax) {
+		t.Errorf("Load of broken YAML = %v, want a YAML error with its line", err)
 	}
 }
 
@@ -257,10 +259,10 @@ work-type-defaults:
     label-balancing: {order: [full, full]}
 `)
 	_, err := Load(LoadOptions{File: path})
-	want := `invalid config (3 problems):
-max-remote-workers 0 must be >= 1
-poll-success-threshold 2 needs poll-interval > 0 (polling is off)
-label-balancing for work type sha256: order entry 2 duplicates "full"`
+	want := `config (3 problems):
+  max-remote-workers 0 must be >= 1 (file ` + path + ` line 2)
+  poll-success-threshold 2 needs poll-interval > 0 (polling is off) (file ` + path + ` line 3)
+  label-balancing for work type sha256: order entry 2 duplicates "full" (file ` + path + ` line 6)`
 	if err == nil || err.Error() != want {
 		t.Fatalf("Load = %v\nwant %s", err, want)
 	}
@@ -346,8 +348,12 @@ func TestBindFlags_OneNamePerSetting(t *testing.T) {
 		if want := strings.ReplaceAll(st.key, ".", "-"); st.flag != want {
 			t.Errorf("flag of %s = %q, want %q", st.key, st.flag, want)
 		}
-		if want := "WORKMESH_" + strings.ToUpper(strings.NewReplacer(".", "_", "-", "_").Replace(st.key)); st.env != want {
-			t.Errorf("env of %s = %q, want %q", st.key, st.env, want)
+		wantEnv := "WORKMESH_" + strings.ToUpper(strings.NewReplacer(".", "_", "-", "_").Replace(st.key))
+		if st.key == "api" {
+			wantEnv = "WORKMESH_NODE_API" // WORKMESH_API is the client commands' target
+		}
+		if st.env != wantEnv {
+			t.Errorf("env of %s = %q, want %q", st.key, st.env, wantEnv)
 		}
 		f := fs.Lookup(st.flag)
 		if f == nil {

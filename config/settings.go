@@ -22,7 +22,7 @@ var help = map[string]string{
 	"listen":            "multiaddrs the libp2p host listens on",
 	"bootstrap":         "full multiaddrs (with /p2p/<id>) of peers to join the network through",
 	"data-dir":          "directory that keeps the node identity (empty: $HOME/.workmesh)",
-	"api":               "host:port of the local HTTP API",
+	"api":               "host:port the local HTTP API of node start listens on (env WORKMESH_NODE_API; WORKMESH_API is the client commands' target, not this)",
 	"labels":            "group labels this node advertises for label balancing",
 	"work-types":        "work types the local worker serves",
 	"announce-interval": "time between two publications of this node's NodeData",
@@ -84,10 +84,20 @@ var help = map[string]string{
 	"label-balancing.include-default": "route to peers carrying none of the order labels as a final group",
 }
 
-// otherEnv lists WORKMESH_* variables that other parts of workmesh read
-// themselves (not settings of Config), so that Load does not reject them as
-// unknown. Adding one is a one-line entry here.
-var otherEnv = map[string]bool{}
+// envOverride names the environment variable of a setting whose derived
+// name is taken: WORKMESH_API is the client commands' target (the API they
+// talk to), so the node's own API address is WORKMESH_NODE_API and a shell
+// that exports WORKMESH_API for `workmesh submit` does not move the API of
+// a node started from it.
+var envOverride = map[string]string{
+	"api": envPrefix + "NODE_API",
+}
+
+// envName returns the environment variable a setting's key derives:
+// WORKMESH_ and the key upper-cased, dots and dashes as underscores.
+func envName(key string) string {
+	return envPrefix + strings.ToUpper(strings.NewReplacer(".", "_", "-", "_").Replace(key))
+}
 
 // kind is the shape of a setting's value, which decides how it is parsed
 // from YAML, the environment and flags.
@@ -268,13 +278,16 @@ func (s *schema) addSettings(t reflect.Type, prefix string, path [][]int) error 
 		st := &setting{
 			key:  key,
 			flag: strings.ReplaceAll(key, ".", "-"),
-			env:  envPrefix + strings.ToUpper(strings.NewReplacer(".", "_", "-", "_").Replace(key)),
+			env:  envName(key),
 			path: append(clonePath(path), f.index),
 			typ:  f.typ,
 			kind: f.kind,
 		}
 		if s.byKey[st.key] != nil || s.byFlag[st.flag] != nil || s.byEnv[st.env] != nil {
 			return fmt.Errorf("config schema: setting %q collides with another on its key, flag or env name", key)
+		}
+		if name, ok := envOverride[key]; ok {
+			st.env = name
 		}
 		s.settings = append(s.settings, st)
 		s.byKey[st.key], s.byFlag[st.flag], s.byEnv[st.env] = st, st, st

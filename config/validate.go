@@ -23,23 +23,57 @@ var (
 	ErrUnknownSetting = errors.New("unknown setting")
 	// ErrBadValue marks a value of the wrong type or that does not parse.
 	ErrBadValue = errors.New("bad value")
+	// ErrSyntax marks a file that is not YAML, or not a mapping of
+	// settings, or that sets a key twice.
+	ErrSyntax = errors.New("not a YAML settings file")
 )
 
-// problem is one configuration error: its message says where and what,
-// and it unwraps to the sentinel of its class.
+// problem is one configuration error: its message says what is wrong, and
+// it unwraps to the sentinel of its class. Load fills where, the source of
+// the value, from keys and entry.
 type problem struct {
 	msg   string
 	class error
+	// keys are the settings the problem is about, the one to change first;
+	// empty when it names no setting.
+	keys []string
+	// entry is the list entry (from 1) of keys[0] the problem is about; 0
+	// means the whole value.
+	entry int
+	// where says where the value came from ("file node.yaml line 12",
+	// "env WORKMESH_MAX_RETRIES", "flag --max-retries"); empty when
+	// unknown or when Validate ran outside Load.
+	where string
 }
 
-func (p *problem) Error() string { return p.msg }
+func (p *problem) Error() string {
+	if p.where == "" {
+		return p.msg
+	}
+	return p.msg + " (" + p.where + ")"
+}
 func (p *problem) Unwrap() error { return p.class }
 
 // checks collects the problems of one struct so that all are reported.
 type checks []error
 
-func (c *checks) failf(format string, args ...any) {
-	*c = append(*c, &problem{msg: fmt.Sprintf(format, args...), class: ErrInvalid})
+// failf records a problem with the setting key.
+func (c *checks) failf(key, format string, args ...any) {
+	c.add([]string{key}, 0, format, args...)
+}
+
+// entryf records a problem with entry (from 1) of the list setting key.
+func (c *checks) entryf(key string, entry int, format string, args ...any) {
+	c.add([]string{key}, entry, format, args...)
+}
+
+// pairf records a problem between two settings, key the one to change.
+func (c *checks) pairf(key, other, format string, args ...any) {
+	c.add([]string{key, other}, 0, format, args...)
+}
+
+func (c *checks) add(keys []string, entry int, format string, args ...any) {
+	*c = append(*c, &problem{msg: fmt.Sprintf(format, args...), class: ErrInvalid, keys: keys, entry: entry})
 }
 
 func (c *checks) join() error { return errors.Join(*c...) }
@@ -85,51 +119,51 @@ func (n *NodeConfig) Validate() error {
 	var c checks
 	switch {
 	case n.Network == "":
-		c.failf("network is required")
+		c.failf("network", "network is required")
 	case len(n.Network) > maxNetworkLen:
-		c.failf("network %q is %d bytes long, at most %d", n.Network, len(n.Network), maxNetworkLen)
+		c.failf("network", "network %q is %d bytes long, at most %d", n.Network, len(n.Network), maxNetworkLen)
 	case strings.IndexFunc(n.Network, notNetworkRune) >= 0:
-		c.failf("network %q may only hold a-z, 0-9, '-', '_' and '.'", n.Network)
+		c.failf("network", "network %q may only hold a-z, 0-9, '-', '_' and '.'", n.Network)
 	}
 	for i, a := range n.Listen {
 		if !strings.HasPrefix(a, "/") {
-			c.failf("listen entry %d %q is not a multiaddr (it starts with \"/\")", i+1, a)
+			c.entryf("listen", i+1, "listen entry %d %q is not a multiaddr (it starts with \"/\")", i+1, a)
 		}
 	}
 	for i, a := range n.Bootstrap {
 		if !strings.HasPrefix(a, "/") || !strings.Contains(a, "/p2p/") {
-			c.failf("bootstrap entry %d %q is not a full multiaddr ending in /p2p/<peer-id>", i+1, a)
+			c.entryf("bootstrap", i+1, "bootstrap entry %d %q is not a full multiaddr ending in /p2p/<peer-id>", i+1, a)
 		}
 	}
 	if n.API != "" {
 		if _, _, err := net.SplitHostPort(n.API); err != nil {
-			c.failf("api %q is not host:port: %v", n.API, err)
+			c.failf("api", "api %q is not host:port: %v", n.API, err)
 		}
 	}
 	for i, l := range n.Labels {
 		if l == "" {
-			c.failf("labels entry %d is empty", i+1)
+			c.entryf("labels", i+1, "labels entry %d is empty", i+1)
 		}
 	}
 	seen := map[string]bool{}
 	for i, w := range n.WorkTypes {
 		switch {
 		case w == "":
-			c.failf("work-types entry %d is empty", i+1)
+			c.entryf("work-types", i+1, "work-types entry %d is empty", i+1)
 		case seen[w]:
-			c.failf("work-types entry %d duplicates %q", i+1, w)
+			c.entryf("work-types", i+1, "work-types entry %d duplicates %q", i+1, w)
 		}
 		seen[w] = true
 	}
 	positive(&c, "announce-interval", n.AnnounceInterval)
 	if n.AnnounceInterval > 0 && n.RecordTTL <= n.AnnounceInterval {
-		c.failf("record-ttl %s must be > announce-interval %s, or records expire between announcements", n.RecordTTL, n.AnnounceInterval)
+		c.pairf("record-ttl", "announce-interval", "record-ttl %s must be > announce-interval %s, or records expire between announcements", n.RecordTTL, n.AnnounceInterval)
 	}
 	if _, err := logrus.ParseLevel(n.LogLevel); err != nil {
-		c.failf("log-level %q is not one of trace, debug, info, warn, error, fatal, panic", n.LogLevel)
+		c.failf("log-level", "log-level %q is not one of trace, debug, info, warn, error, fatal, panic", n.LogLevel)
 	}
 	if n.LogFormat != "text" && n.LogFormat != "json" {
-		c.failf("log-format %q is not one of text, json", n.LogFormat)
+		c.failf("log-format", "log-format %q is not one of text, json", n.LogFormat)
 	}
 	notNegative(&c, "drain-timeout", n.DrainTimeout)
 	return c.join()
@@ -145,13 +179,13 @@ func (w *WorkerConfig) Validate() error {
 	positive(&c, "worker-timeout", w.WorkerTimeout)
 	positive(&c, "worker-response-timeout", w.WorkerResponseTimeout)
 	if w.WorkerTimeout > 0 && w.WorkerResponseTimeout > w.WorkerTimeout {
-		c.failf("worker-response-timeout %s must be <= worker-timeout %s", w.WorkerResponseTimeout, w.WorkerTimeout)
+		c.pairf("worker-response-timeout", "worker-timeout", "worker-response-timeout %s must be <= worker-timeout %s", w.WorkerResponseTimeout, w.WorkerTimeout)
 	}
 	atLeast(&c, "max-retries", w.MaxRetries, 0)
 	atLeast(&c, "max-spawn-attempts", w.MaxSpawnAttempts, 1)
 	atLeast(&c, "worker-buffer-size", w.WorkerBufferSize, 1)
 	if w.WorkerBufferSize > maxWorkerBufferSize {
-		c.failf("worker-buffer-size %d must be <= %d", w.WorkerBufferSize, maxWorkerBufferSize)
+		c.failf("worker-buffer-size", "worker-buffer-size %d must be <= %d", w.WorkerBufferSize, maxWorkerBufferSize)
 	}
 	atLeast(&c, "max-remote-workers", w.MaxRemoteWorkers, 1)
 	positive(&c, "connect-timeout", w.ConnectTimeout)
@@ -166,22 +200,22 @@ func (a *AccessConfig) Validate() error {
 	switch a.AcceptWorkFrom {
 	case AcceptAny, AcceptAllowlist:
 	default:
-		c.failf("accept-work-from %q: want %s or %s", a.AcceptWorkFrom, AcceptAny, AcceptAllowlist)
+		c.failf("accept-work-from", "accept-work-from %q: want %s or %s", a.AcceptWorkFrom, AcceptAny, AcceptAllowlist)
 	}
 	for i, p := range a.AllowPeers {
 		if strings.TrimSpace(p) == "" {
-			c.failf("allow-peer entry %d is empty", i+1)
+			c.entryf("allow-peer", i+1, "allow-peer entry %d is empty", i+1)
 		}
 	}
 	switch {
 	case a.AcceptWorkFrom == AcceptAllowlist && len(a.AllowPeers) == 0:
-		c.failf("accept-work-from allowlist needs at least one allow-peer")
+		c.pairf("allow-peer", "accept-work-from", "accept-work-from allowlist needs at least one allow-peer")
 	case a.AcceptWorkFrom == AcceptAny && len(a.AllowPeers) > 0:
-		c.failf("allow-peer is set but accept-work-from is any: set accept-work-from allowlist")
+		c.pairf("accept-work-from", "allow-peer", "allow-peer is set but accept-work-from is any: set accept-work-from allowlist")
 	}
 	atLeast(&c, "peer-max-streams", a.PeerMaxStreams, 1)
 	if math.IsNaN(a.PeerRate) || a.PeerRate < 0 {
-		c.failf("peer-rate %g must be >= 0", a.PeerRate)
+		c.failf("peer-rate", "peer-rate %g must be >= 0", a.PeerRate)
 	}
 	atLeast(&c, "peer-burst", a.PeerBurst, 1)
 	return c.join()
@@ -195,7 +229,7 @@ func (f *FaultConfig) Validate() error {
 		v    float64
 	}{{"fault-error-rate", f.ErrorRate}, {"fault-drop-rate", f.DropRate}} {
 		if math.IsNaN(r.v) || r.v < 0 || r.v > 1 {
-			c.failf("%s %g must be between 0 and 1", r.name, r.v)
+			c.failf(r.name, "%s %g must be between 0 and 1", r.name, r.v)
 		}
 	}
 	notNegative(&c, "fault-delay", f.Delay)
@@ -207,7 +241,7 @@ func (h *HTTPConfig) Validate() error {
 	var c checks
 	for i, a := range h.Allow {
 		if strings.TrimSpace(a) == "" {
-			c.failf("http-allow entry %d is empty", i+1)
+			c.entryf("http-allow", i+1, "http-allow entry %d is empty", i+1)
 		}
 	}
 	atLeast(&c, "http-max-body", h.MaxBody, 1)
@@ -218,7 +252,7 @@ func (h *HTTPConfig) Validate() error {
 func (j *JSONRPCConfig) Validate() error {
 	var c checks
 	if j.Upstream != "" && !strings.HasPrefix(j.Upstream, "http://") && !strings.HasPrefix(j.Upstream, "https://") {
-		c.failf("jsonrpc-upstream %q: want an http:// or https:// URL", j.Upstream)
+		c.failf("jsonrpc-upstream", "jsonrpc-upstream %q: want an http:// or https:// URL", j.Upstream)
 	}
 	positive(&c, "jsonrpc-head-interval", j.HeadInterval)
 	return c.join()
@@ -230,7 +264,7 @@ func (s *SelectionConfig) Validate() error {
 	switch s.Mode {
 	case ModeRating, ModeRoundRobin, ModeRandom:
 	default:
-		c.failf("selection-mode %q is not one of %s, %s, %s", s.Mode, ModeRating, ModeRoundRobin, ModeRandom)
+		c.failf("selection-mode", "selection-mode %q is not one of %s, %s, %s", s.Mode, ModeRating, ModeRoundRobin, ModeRandom)
 	}
 	return c.join()
 }
@@ -245,11 +279,11 @@ func (l *LivenessConfig) Validate() error {
 	// Without polling no ping is ever answered, so an unreachable peer
 	// waiting for good pings would never come back.
 	if l.PollSuccessThreshold > 0 && l.PollInterval == 0 {
-		c.failf("poll-success-threshold %d needs poll-interval > 0 (polling is off)", l.PollSuccessThreshold)
+		c.pairf("poll-success-threshold", "poll-interval", "poll-success-threshold %d needs poll-interval > 0 (polling is off)", l.PollSuccessThreshold)
 	}
 	positive(&c, "redial-backoff-min", l.RedialBackoffMin)
 	if l.RedialBackoffMin > 0 && l.RedialBackoffMin > l.RedialBackoffMax {
-		c.failf("redial-backoff-min %s must be <= redial-backoff-max %s", l.RedialBackoffMin, l.RedialBackoffMax)
+		c.pairf("redial-backoff-min", "redial-backoff-max", "redial-backoff-min %s must be <= redial-backoff-max %s", l.RedialBackoffMin, l.RedialBackoffMax)
 	}
 	return c.join()
 }
@@ -271,7 +305,7 @@ func (r *RatingConfig) Validate() error {
 		{"rating-load-weight", r.LoadWeight},
 	} {
 		if !(w.v >= 0) || math.IsInf(w.v, 0) {
-			c.failf("%s %v must be a finite number >= 0", w.key, w.v)
+			c.failf(w.key, "%s %v must be a finite number >= 0", w.key, w.v)
 		}
 	}
 	return c.join()
@@ -289,26 +323,27 @@ func (h *HedgeConfig) Validate() error {
 // Entries are numbered from 1, as a reader counts them. A nil block (label
 // balancing off) is valid.
 func (lb *LabelBalancingConfig) Validate() error {
-	return lb.validate("label-balancing")
+	return lb.validate("label-balancing", "label-balancing.")
 }
 
 // validate checks lb with every message prefixed by where, so that an
-// override names its work type.
-func (lb *LabelBalancingConfig) validate(where string) error {
+// override names its work type; prefix is the key of the block with a
+// trailing dot.
+func (lb *LabelBalancingConfig) validate(where, prefix string) error {
 	if lb == nil {
 		return nil
 	}
 	var c checks
 	if len(lb.Order) == 0 {
-		c.failf("%s: order is required when label-balancing is set", where)
+		c.failf(prefix+"order", "%s: order is required when label-balancing is set", where)
 	}
 	seen := map[string]bool{}
 	for i, label := range lb.Order {
 		switch {
 		case label == "":
-			c.failf("%s: order entry %d is empty", where, i+1)
+			c.entryf(prefix+"order", i+1, "%s: order entry %d is empty", where, i+1)
 		case seen[label]:
-			c.failf("%s: order entry %d duplicates %q", where, i+1, label)
+			c.entryf(prefix+"order", i+1, "%s: order entry %d duplicates %q", where, i+1, label)
 		}
 		seen[label] = true
 	}
@@ -318,28 +353,60 @@ func (lb *LabelBalancingConfig) validate(where string) error {
 // validate reports the problems of the override for work type name; its
 // messages name the work type.
 func (w WorkTypeConfig) validate(name string) error {
+	prefix := "work-type-defaults." + name + ".label-balancing."
 	if name == "" {
 		var c checks
-		c.failf("work-type-defaults: a work type name is empty")
-		return errors.Join(c.join(), w.LabelBalancing.validate("label-balancing for the empty work type"))
+		c.failf("work-type-defaults", "work-type-defaults: a work type name is empty")
+		return errors.Join(c.join(), w.LabelBalancing.validate("label-balancing for the empty work type", prefix))
 	}
-	return w.LabelBalancing.validate("label-balancing for work type " + name)
+	return w.LabelBalancing.validate("label-balancing for work type "+name, prefix)
+}
+
+// validateWorkTypes reports every work type in work-types and every key of
+// work-type-defaults that is not in known, the work types the program
+// has, naming them all.
+func (c *Config) validateWorkTypes(known []string) error {
+	sorted := append([]string(nil), known...)
+	sort.Strings(sorted)
+	isKnown := map[string]bool{}
+	for _, k := range sorted {
+		isKnown[k] = true
+	}
+	var ch checks
+	for i, w := range c.Node.WorkTypes {
+		if w != "" && !isKnown[w] {
+			ch.entryf("work-types", i+1, "work-types entry %d %q is not a work type of this binary: want one of %s",
+				i+1, w, strings.Join(sorted, ", "))
+		}
+	}
+	names := make([]string, 0, len(c.WorkTypeDefaults))
+	for name := range c.WorkTypeDefaults {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		if name != "" && !isKnown[name] {
+			ch.failf("work-type-defaults."+name, "work-type-defaults %q is not a work type of this binary: want one of %s",
+				name, strings.Join(sorted, ", "))
+		}
+	}
+	return ch.join()
 }
 
 func positive(c *checks, key string, d time.Duration) {
 	if d <= 0 {
-		c.failf("%s %s must be > 0", key, d)
+		c.failf(key, "%s %s must be > 0", key, d)
 	}
 }
 
 func notNegative(c *checks, key string, d time.Duration) {
 	if d < 0 {
-		c.failf("%s %s must be >= 0", key, d)
+		c.failf(key, "%s %s must be >= 0", key, d)
 	}
 }
 
 func atLeast(c *checks, key string, n, min int) {
 	if n < min {
-		c.failf("%s %d must be >= %d", key, n, min)
+		c.failf(key, "%s %d must be >= %d", key, n, min)
 	}
 }

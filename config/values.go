@@ -44,7 +44,8 @@ func canonical(k kind, v reflect.Value) (val any, ok bool) {
 }
 
 // coerce checks a value read from YAML (or a typed flag value) against kind
-// k and returns it in its canonical type. The error says what was wanted
+// k and returns it in its canonical type. A string where a list is wanted
+// is the comma-separated list the flag and the environment take. The error says what was wanted
 // and what was found, without the key; the caller adds where.
 func coerce(k kind, v any) (any, error) {
 	switch k {
@@ -94,6 +95,10 @@ func coerce(k kind, v any) (any, error) {
 		switch list := v.(type) {
 		case nil:
 			return []string{}, nil
+		case string:
+			// "labels: full,archive" reads as the flag and the
+			// environment read it.
+			return splitList(list), nil
 		case []string:
 			return append([]string{}, list...), nil
 		case []any:
@@ -144,16 +149,22 @@ func parseText(k kind, s string) (any, error) {
 		}
 		return d, nil
 	case kindStrings:
-		if strings.TrimSpace(s) == "" {
-			return []string{}, nil
-		}
-		parts := strings.Split(s, ",")
-		for i := range parts {
-			parts[i] = strings.TrimSpace(parts[i])
-		}
-		return parts, nil
+		return splitList(s), nil
 	}
 	return nil, fmt.Errorf("unsupported kind %d", k)
+}
+
+// splitList reads a comma-separated list, with spaces around entries
+// trimmed; an empty or blank value is an empty list.
+func splitList(s string) []string {
+	if strings.TrimSpace(s) == "" {
+		return []string{}
+	}
+	parts := strings.Split(s, ",")
+	for i := range parts {
+		parts[i] = strings.TrimSpace(parts[i])
+	}
+	return parts
 }
 
 // format renders a leaf value the way the environment would set it.

@@ -25,6 +25,12 @@ import (
 // node requires when its API listens on anything but loopback.
 const apiTokenEnv = "WORKMESH_API_TOKEN"
 
+// clientEnv are the WORKMESH_* variables the client commands read besides
+// the settings: the API they talk to (WORKMESH_API, never the address a
+// node listens on, which is WORKMESH_NODE_API) and its token. Every other
+// WORKMESH_* variable that names no setting is refused by every command.
+var clientEnv = []string{apiEnv, apiTokenEnv}
+
 // clientTimeout bounds one request of the read-only client commands
 // (peers, plan, status) to the local API.
 const clientTimeout = 5 * time.Second
@@ -35,7 +41,7 @@ const maxViewResponse = 64 << 20
 // addAPIFlag registers --api on a client command; resolveAPI fills it from
 // WORKMESH_API when the flag was not given.
 func addAPIFlag(cmd *cobra.Command, api *string) {
-	cmd.Flags().StringVar(api, "api", config.Defaults().Node.API, "address of the node's local HTTP API (env "+apiEnv+")")
+	cmd.Flags().StringVar(api, "api", config.Defaults().Node.API, "address of the node's local HTTP API to talk to (env "+apiEnv+")")
 }
 
 // resolveAPI returns --api, or WORKMESH_API when the flag was not given.

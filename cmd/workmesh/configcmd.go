@@ -1,11 +1,11 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"io"
-	"io/fs"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -17,13 +17,77 @@ import (
 // hiddenValue replaces the value of a secret setting in `config print`.
 const hiddenValue = "(set, hidden)"
 
+// loadsSettings is the annotation of the commands that load settings with
+// loadSettings: their WORKMESH_* variables are checked there, together
+// with the file and the flags, rather than by the root command.
+const loadsSettings = "workmesh/loads-settings"
+
+// settingsOptions returns where the settings of cmd come from: file, its
+// flags and the environment, checked against every work type this binary
+// has. WORKMESH_API and WORKMESH_API_TOKEN are the client commands' own.
+func settingsOptions(cmd *cobra.Command, file string) config.LoadOptions {
+	return config.LoadOptions{
+		File:           file,
+		Flags:          cmd.Flags(),
+		Environ:        os.Environ(),
+		OtherEnv:       clientEnv,
+		KnownWorkTypes: slices.Sorted(maps.Keys(knownTypes())),
+	}
+}
+
+// configError marks every error of loading settings as a usage error: a
+// missing or unreadable file, YAML that does not parse, an unknown key or
+// variable, a bad or out-of-bounds value all exit 2.
+func configError(err error) error {
+	if err == nil {
+		return nil
+	}
+	return usageError{err}
+}
+
 func newConfigCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "config",
-		Short: "Inspect the configuration",
+		Short: "Check and inspect the configuration",
 		Args:  cobra.NoArgs,
 	}
-	cmd.AddCommand(newConfigPrintCommand())
+	cmd.AddCommand(newConfigPrintCommand(), newConfigValidateCommand())
+	return cmd
+}
+
+func newConfigValidateCommand() *cobra.Command {
+	var configFile string
+	cmd := &cobra.Command{
+		Use:   "validate [--config FILE] [setting flags]",
+		Short: "Check the configuration as `node start` would, and name every problem",
+		Long: "validate loads the settings exactly as `workmesh node start` would, from the same --config file,\n" +
+			"WORKMESH_* variables and setting flags, and checks them all without starting anything. It exits 0\n" +
+			"when they are good and 2 otherwise, printing every problem on a line of its own with the setting,\n" +
+			"its value, what is wanted and where the value came from: file and line, env variable or flag.",
+		Example:     "  workmesh config validate --config node.yaml\n  WORKMESH_MAX_RETRIES=3 workmesh config validate --config node.yaml --worker-timeout 750ms",
+		Args:        cobra.NoArgs,
+		Annotations: map[string]string{loadsSettings: "true"},
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			settings, err := config.Explain(settingsOptions(cmd, configFile))
+			if err != nil {
+				return configError(err)
+			}
+			set := map[config.Source]int{}
+			for _, s := range settings {
+				set[s.Source]++
+			}
+			from := "defaults only"
+			if n := set[config.SourceFile] + set[config.SourceEnv] + set[config.SourceFlag]; n > 0 {
+				from = fmt.Sprintf("%d from the file, %d from the environment, %d from flags",
+					set[config.SourceFile], set[config.SourceEnv], set[config.SourceFlag])
+			}
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "config ok: %d settings, %s\n", len(settings), from)
+			return err
+		},
+	}
+	config.BindFlags(cmd.Flags())
+	cmd.Flags().StringVar(&configFile, "config", "", "YAML file with settings, as for `node start`")
+	cmd.MarkFlagFilename("config", "yaml", "yml")
 	return cmd
 }
 
@@ -42,20 +106,18 @@ func newConfigPrintCommand() *cobra.Command {
 		Long: "print loads the settings exactly as `workmesh node start` would, from the same --config file,\n" +
 			"WORKMESH_* variables and setting flags, and prints every effective setting with its source:\n" +
 			"default, file, env or flag (flags win over the environment, which wins over the file). Secrets\n" +
-			"(api-token) are shown only as set or not. Nothing is started.",
-		Example: "  workmesh config print\n  WORKMESH_MAX_RETRIES=3 workmesh config print --config node.yaml --worker-timeout 750ms",
-		Args:    cobra.NoArgs,
+			"(api-token) are shown only as set or not. Nothing is started. Settings that do not validate are\n" +
+			"reported as by `workmesh config validate`, with exit code 2.",
+		Example:     "  workmesh config print\n  WORKMESH_MAX_RETRIES=3 workmesh config print --config node.yaml --worker-timeout 750ms",
+		Args:        cobra.NoArgs,
+		Annotations: map[string]string{loadsSettings: "true"},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkOutput(output, "table", "json", "yaml"); err != nil {
 				return err
 			}
-			settings, err := config.Explain(config.LoadOptions{File: configFile, Flags: cmd.Flags(), Environ: os.Environ()})
+			settings, err := config.Explain(settingsOptions(cmd, configFile))
 			if err != nil {
-				if errors.Is(err, fs.ErrNotExist) || errors.Is(err, config.ErrInvalid) ||
-					errors.Is(err, config.ErrUnknownSetting) || errors.Is(err, config.ErrBadValue) {
-					return usageError{err}
-				}
-				return err
+				return configError(err)
 			}
 			out := make([]configSetting, len(settings))
 			for i, s := range settings {

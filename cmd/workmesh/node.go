@@ -1,10 +1,8 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"net"
 	"os"
 	"os/signal"
@@ -43,16 +41,16 @@ func newNodeStartCommand() *cobra.Command {
 			"local HTTP API (POST /v1/work, see `workmesh submit`), sending it to the best remote worker or its\n" +
 			"own. It prints its peer ID, a line another node can join with and the API address, then \"ready\".\n" +
 			"SIGINT or SIGTERM stops it cleanly: it withdraws its work types, so that peers stop sending it work,\n" +
-			"waits up to --drain-timeout for the work in progress, then stops. A second signal stops it at once.",
-		Args: cobra.NoArgs,
+			"waits up to --drain-timeout for the work in progress, then stops. A second signal stops it at once.\n\n" +
+			"Settings come from --config FILE, WORKMESH_<SETTING> variables and flags, flags winning; check them\n" +
+			"first with `workmesh config validate`. Its API listens on --api (env WORKMESH_NODE_API): WORKMESH_API\n" +
+			"is the client commands' target and does not move it. Every configuration error exits 2.",
+		Args:        cobra.NoArgs,
+		Annotations: map[string]string{loadsSettings: "true"},
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := config.Load(config.LoadOptions{File: configFile, Flags: cmd.Flags(), Environ: os.Environ()})
+			cfg, err := config.Load(settingsOptions(cmd, configFile))
 			if err != nil {
-				if errors.Is(err, fs.ErrNotExist) || errors.Is(err, config.ErrInvalid) ||
-					errors.Is(err, config.ErrUnknownSetting) || errors.Is(err, config.ErrBadValue) {
-					return usageError{err}
-				}
-				return err
+				return configError(err)
 			}
 			// Checked here, before anything starts, so that a typo in a
 			// bootstrap address is a usage error naming it.

@@ -8,6 +8,8 @@ import (
 
 	"github.com/sirupsen/logrus"
 	"github.com/spf13/cobra"
+
+	"github.com/workmesh/workmesh/config"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -45,11 +47,17 @@ func exitCode(err error) int {
 
 func newRootCommand() *cobra.Command {
 	root := &cobra.Command{
-		Use:           "workmesh",
-		Short:         "A peer-to-peer worker-dispatch node",
-		Long:          "workmesh joins a libp2p network, advertises the work it can do, and sends submitted work\nto the best remote worker, or runs it on its own local worker when no remote can serve.",
-		SilenceUsage:  true,
-		SilenceErrors: true,
+		Use:   "workmesh",
+		Short: "A peer-to-peer worker-dispatch node",
+		Long: "workmesh joins a libp2p network, advertises the work it can do, and sends submitted work\n" +
+			"to the best remote worker, or runs it on its own local worker when no remote can serve.\n\n" +
+			"Environment: WORKMESH_<SETTING> sets a setting of `node start` (`workmesh config print` lists\n" +
+			"them; the node's API address is WORKMESH_NODE_API). The client commands talk to the API at\n" +
+			"WORKMESH_API with the token WORKMESH_API_TOKEN. Every command refuses any other WORKMESH_*\n" +
+			"variable, naming it, with exit code 2.",
+		SilenceUsage:      true,
+		SilenceErrors:     true,
+		PersistentPreRunE: checkEnviron,
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(newVersionCommand())
@@ -58,6 +66,26 @@ func newRootCommand() *cobra.Command {
 	// cobra's completion command: `workmesh completion bash|zsh|fish|powershell`.
 	root.CompletionOptions.HiddenDefaultCmd = false
 	return root
+}
+
+// checkEnviron refuses a WORKMESH_* variable that is neither a setting nor
+// a client variable, for every command but those that load settings (they
+// report it with the other problems of their settings) and cobra's own
+// help and completion.
+func checkEnviron(cmd *cobra.Command, _ []string) error {
+	if cmd.Annotations[loadsSettings] != "" {
+		return nil
+	}
+	switch cmd.Name() {
+	case "help", cobra.ShellCompRequestCmd, cobra.ShellCompNoDescRequestCmd:
+		return nil
+	}
+	for c := cmd; c != nil; c = c.Parent() {
+		if c.Name() == "completion" && c.Parent() == cmd.Root() {
+			return nil
+		}
+	}
+	return configError(config.CheckEnviron(os.Environ(), clientEnv...))
 }
 
 func newVersionCommand() *cobra.Command {

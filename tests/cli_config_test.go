@@ -2,10 +2,7 @@ package tests
 
 import (
 	"bufio"
-	"bytes"
-	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -14,42 +11,6 @@ import (
 	"testing"
 	"time"
 )
-
-// runCLIEnv runs the binary like runCLI, with the test's WORKMESH_*
-// variables left out of its environment and env added, and HOME in a
-// temporary directory.
-func runCLIEnv(t *testing.T, bin string, env []string, args ...string) cliRun {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Env = cliEnv(t, env)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	r := cliRun{stdout: stdout.String(), stderr: stderr.String()}
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-	case errors.As(err, &ee):
-		r.code = ee.ExitCode()
-	default:
-		t.Fatalf("workmesh %s: %v", strings.Join(args, " "), err)
-	}
-	return r
-}
-
-// cliEnv is this process's environment without WORKMESH_* variables, with
-// HOME in a temporary directory and env added.
-func cliEnv(t *testing.T, env []string) []string {
-	var out []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "WORKMESH_") && !strings.HasPrefix(kv, "HOME=") {
-			out = append(out, kv)
-		}
-	}
-	return append(append(out, "HOME="+t.TempDir()), env...)
-}
 
 // writeConfig writes a YAML settings file and returns its path.
 func writeConfig(t *testing.T, content string) string {

@@ -80,6 +80,7 @@ func dataDirOf(out string) string {
 // SIGTERM.
 func testDevnetDriven(t *testing.T, bin string) {
 	cmd := exec.Command(bin, "devnet", "--nodes", "3", "--api", "127.0.0.1:0")
+	cmd.Env = cliEnv(t, nil)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"os/exec"
 	"slices"
 	"strings"
@@ -25,12 +26,37 @@ type cliRun struct {
 	stdout, stderr string
 }
 
-// runCLI runs the binary with args and stdin, within 30 seconds.
+// runCLI runs the binary with args and stdin, within 30 seconds, in the
+// environment cliEnv gives.
 func runCLI(t *testing.T, bin string, stdin []byte, args ...string) cliRun {
 	t.Helper()
+	return runCLIIn(t, bin, cliEnv(t, nil), stdin, args...)
+}
+
+// runCLIEnv is runCLI with env added to the environment.
+func runCLIEnv(t *testing.T, bin string, env []string, args ...string) cliRun {
+	t.Helper()
+	return runCLIIn(t, bin, cliEnv(t, env), nil, args...)
+}
+
+// runCLIIn runs the binary in the environment env, failing the test when
+// it cannot be run at all.
+func runCLIIn(t *testing.T, bin string, env []string, stdin []byte, args ...string) cliRun {
+	t.Helper()
+	r, err := execCLI(bin, env, stdin, args...)
+	if err != nil {
+		t.Fatalf("workmesh %s: %v", strings.Join(args, " "), err)
+	}
+	return r
+}
+
+// execCLI runs the binary with args and stdin in the environment env,
+// within 30 seconds; an error means it could not be run.
+func execCLI(bin string, env []string, stdin []byte, args ...string) (cliRun, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = env
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if stdin != nil {
@@ -38,15 +64,24 @@ func runCLI(t *testing.T, bin string, stdin []byte, args ...string) cliRun {
 	}
 	err := cmd.Run()
 	r := cliRun{stdout: stdout.String(), stderr: stderr.String()}
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-	case errors.As(err, &ee):
+	if ee, ok := errors.AsType[*exec.ExitError](err); ok {
 		r.code = ee.ExitCode()
-	default:
-		t.Fatalf("workmesh %s: %v", strings.Join(args, " "), err)
+		return r, nil
 	}
-	return r
+	return r, err
+}
+
+// cliEnv is this process's environment without WORKMESH_* variables (the
+// binary refuses those that are not its own, and the tests' settings are
+// not the node's), with HOME in a temporary directory and env added.
+func cliEnv(t *testing.T, env []string) []string {
+	var out []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "WORKMESH_") && !strings.HasPrefix(kv, "HOME=") {
+			out = append(out, kv)
+		}
+	}
+	return append(append(out, "HOME="+t.TempDir()), env...)
 }
 
 // cliAttempt and cliResponse are the parts of the API's JSON answer the

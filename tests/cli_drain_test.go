@@ -1,12 +1,8 @@
 package tests
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"os/exec"
 	"slices"
 	"strings"
 	"syscall"
@@ -18,21 +14,12 @@ import (
 
 // submitAsync runs `workmesh submit` with args in the background (within
 // 30s) and delivers its exit code and output.
-func submitAsync(bin string, args ...string) <-chan cliRun {
+func submitAsync(t *testing.T, bin string, args ...string) <-chan cliRun {
 	out := make(chan cliRun, 1)
+	env := cliEnv(t, nil)
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, bin, append([]string{"submit"}, args...)...)
-		var stdout, stderr bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		err := cmd.Run()
-		r := cliRun{stdout: stdout.String(), stderr: stderr.String()}
-		var ee *exec.ExitError
-		switch {
-		case errors.As(err, &ee):
-			r.code = ee.ExitCode()
-		case err != nil:
+		r, err := execCLI(bin, env, nil, append([]string{"submit"}, args...)...)
+		if err != nil {
 			r.code, r.stderr = -1, err.Error()
 		}
 		out <- r
@@ -63,7 +50,7 @@ func TestCLIStopDrains(t *testing.T) {
 		return fmt.Errorf("exit %d, %s %s", r.code, r.stdout, r.stderr)
 	})
 
-	long := submitAsync(bin, "--api", a.api, "--type", "sleep", "--payload", "3s", "--timeout", "20s", "--output", "json")
+	long := submitAsync(t, bin, "--api", a.api, "--type", "sleep", "--payload", "3s", "--timeout", "20s", "--output", "json")
 	testkit.WaitFor(t, 10*time.Second, "b runs the long request", func() error {
 		if v, _ := testkit.MetricValue(scrape(t, b.api), "workmesh_local_in_flight", nil); v != 1 {
 			return fmt.Errorf("workmesh_local_in_flight %v, want 1", v)

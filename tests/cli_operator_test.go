@@ -67,6 +67,7 @@ func startDevnetProcess(t *testing.T, bin string, args ...string) *devnetProcess
 	t.Helper()
 	d := &devnetProcess{cmd: exec.Command(bin, append([]string{"devnet"}, args...)...), ids: map[string]string{},
 		stderr: &syncBuffer{}, done: make(chan error, 1)}
+	d.cmd.Env = cliEnv(t, nil)
 	d.cmd.Stderr = d.stderr
 	stdout, err := d.cmd.StdoutPipe()
 	if err != nil {
@@ -139,6 +140,7 @@ func startOnTTY(t *testing.T, bin string, stdoutTTY, stderrTTY bool, other io.Wr
 		t.Fatal(err)
 	}
 	r := &ttyRun{cmd: exec.Command(bin, args...), screen: &syncBuffer{}, copied: make(chan struct{}), done: make(chan error, 1)}
+	r.cmd.Env = cliEnv(t, nil)
 	r.cmd.Stdin = tty
 	r.cmd.Stdout, r.cmd.Stderr = other, other
 	if stdoutTTY {

@@ -98,6 +98,7 @@ func drainDrill(t *testing.T, bin, remote, drain string) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, "submit", "--api", gw.api, "--file", batch("run.jsonl", requests, "20ms"),
 		"--concurrency", "32", "--progress", "off")
+	cmd.Env = cliEnv(t, nil)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	start := time.Now()

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -64,15 +63,7 @@ func launchNode(t *testing.T, bin, name, logLevel string, wait time.Duration, ar
 	args = append([]string{"node", "start", "--listen", loopbackQUIC, "--api", "127.0.0.1:0",
 		"--data-dir", t.TempDir(), "--log-level", logLevel}, args...)
 	p := &nodeProcess{cmd: exec.Command(bin, args...), stderr: &syncBuffer{}, done: make(chan error, 1)}
-	// The node takes WORKMESH_* variables as settings and refuses unknown
-	// ones: the tests' own and any a user has set for the CLI stay out of
-	// its environment.
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "WORKMESH_") {
-			p.cmd.Env = append(p.cmd.Env, kv)
-		}
-	}
-	p.cmd.Env = append(p.cmd.Env, "HOME="+t.TempDir())
+	p.cmd.Env = cliEnv(t, nil)
 	p.cmd.Stderr = p.stderr
 	stdout, err := p.cmd.StdoutPipe()
 	if err != nil {
@@ -134,7 +125,9 @@ func launchNode(t *testing.T, bin, name, logLevel string, wait time.Duration, ar
 func peersOf(t *testing.T, bin, api string) ([]string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, bin, "peers", "--api", api, "--output", "json").Output()
+	cmd := exec.CommandContext(ctx, bin, "peers", "--api", api, "--output", "json")
+	cmd.Env = cliEnv(t, nil)
+	out, err := cmd.Output()
 	if err != nil {
 		return nil, fmt.Errorf("workmesh peers: %w", err)
 	}
@@ -209,6 +202,7 @@ func testBinaryBadBootstrap(t *testing.T, bin string) {
 	} {
 		cmd := exec.Command(bin, "node", "start", "--listen", loopbackQUIC, "--api", "127.0.0.1:0",
 			"--data-dir", t.TempDir(), "--bootstrap", bad)
+		cmd.Env = cliEnv(t, nil)
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
 		cmd.Stdout = io.Discard

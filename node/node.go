@@ -47,6 +47,8 @@ var networkName = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
 // Node is a running workmesh node. It is made of parts, each with its own
 // file, started by New in this order and closed by Close in reverse:
 //
+//   - lock (lock.go): the lock on the data dir, held while the node runs,
+//     when its identity comes from there;
 //   - host (host.go): the libp2p host, the node's own or a borrowed one;
 //   - records (records.go): the node's signed NodeData, re-signed and
 //     published on change and every announce-interval;
@@ -83,7 +85,9 @@ type Node struct {
 	closeErr  error
 }
 
-// New starts a node: it loads or creates its identity, listens, starts the
+// New starts a node: it locks its data dir (an error wrapping
+// ErrDataDirInUse when another process holds it), loads or creates its
+// identity, listens, starts the
 // DHT, gossip and the HTTP API, and joins through the bootstrap peers in the
 // background. It returns once the node is listening. Cancelling ctx stops
 // the node's background work as Close does, but only Close frees it.
@@ -101,21 +105,27 @@ func New(ctx context.Context, cfg config.NodeConfig, opts ...Option) (*Node, err
 	if err != nil {
 		return nil, fmt.Errorf("node: %w", err)
 	}
-	key, listen, err := hostIdentity(cfg, &o)
+	key, listen, lock, err := hostIdentity(cfg, &o)
 	if err != nil {
 		return nil, fmt.Errorf("node: %w", err)
 	}
 	if err := httpapi.CheckExposure(cfg.API, o.apiToken); err != nil {
+		lock.Close()
 		return nil, fmt.Errorf("node: %w", err)
 	}
 	h, err := openHost(key, &o, cfg.Network, listen, bootstrap)
 	if err != nil {
+		lock.Close()
 		return nil, fmt.Errorf("node: %w", err)
 	}
 
 	ctx, cancel := context.WithCancel(ctx)
 	n := &Node{cfg: cfg, log: o.log, healthCheck: o.healthCheck, info: o.info, host: h,
 		api: httpapi.New(o.apiToken, o.log), parts: []io.Closer{h}, ctx: ctx, cancel: cancel}
+	if lock != nil {
+		// Released last, once everything that uses the data dir stopped.
+		n.parts = []io.Closer{lock, h}
+	}
 	fail := func(err error) (*Node, error) {
 		n.host.claim()
 		n.Close()

@@ -72,6 +72,11 @@ func newNodeStartCommand() *cobra.Command {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			s, err := startStack(ctx, cfg, log)
+			if errors.Is(err, node.ErrDataDirInUse) {
+				// Another node runs on this data dir: how this one was
+				// started is the problem, so it exits 2 as a usage error.
+				return usageError{err}
+			}
 			if err != nil {
 				return err
 			}

@@ -1,16 +1,20 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"regexp"
+	"slices"
+	"strings"
 	"sync"
 
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
 	ma "github.com/multiformats/go-multiaddr"
+	manet "github.com/multiformats/go-multiaddr/net"
 	"github.com/sirupsen/logrus"
 
 	"github.com/workmesh/workmesh/config"
@@ -219,6 +223,59 @@ func (n *Node) Addrs() []ma.Multiaddr {
 		out = append(out, a.Encapsulate(p2p.Multiaddr()))
 	}
 	return out
+}
+
+// DialAddrs returns the addresses another host can dial the node at, with
+// its /p2p/<id> suffix, QUIC first: its listen addresses as the host
+// resolves them (an unspecified listen address, 0.0.0.0 or ::, becomes one
+// per interface), without unspecified and IPv6 link-local ones, and
+// without loopback ones unless the node has no other.
+func (n *Node) DialAddrs() []ma.Multiaddr {
+	var out, loopback []ma.Multiaddr
+	for _, a := range n.Addrs() {
+		switch {
+		case manet.IsIPUnspecified(a), manet.IsIP6LinkLocal(a):
+		case manet.IsIPLoopback(a):
+			loopback = append(loopback, a)
+		default:
+			out = append(out, a)
+		}
+	}
+	if len(out) == 0 {
+		out = loopback
+	}
+	slices.SortStableFunc(out, func(a, b ma.Multiaddr) int {
+		return cmp.Compare(quicRank(a), quicRank(b))
+	})
+	return out
+}
+
+// quicRank is 0 for a QUIC address, 1 for any other.
+func quicRank(a ma.Multiaddr) int {
+	if _, err := a.ValueForProtocol(ma.P_QUIC_V1); err == nil {
+		return 0
+	}
+	return 1
+}
+
+// JoinCommand returns the command another host runs to join the network
+// through this node: `workmesh node start` with the node's network when it
+// is not the default, and its DialAddrs as one comma-separated --bootstrap
+// list. It is "" when the node has no address to dial.
+func (n *Node) JoinCommand() string {
+	addrs := n.DialAddrs()
+	if len(addrs) == 0 {
+		return ""
+	}
+	line := "workmesh node start"
+	if n.cfg.Network != config.Defaults().Node.Network {
+		line += " --network " + n.cfg.Network
+	}
+	list := make([]string, len(addrs))
+	for i, a := range addrs {
+		list[i] = a.String()
+	}
+	return line + " --bootstrap " + strings.Join(list, ",")
 }
 
 // APIAddr returns the address the HTTP API listens on, or "" when it is off.

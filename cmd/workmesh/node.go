@@ -5,14 +5,11 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"net"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
-	ma "github.com/multiformats/go-multiaddr"
 	"github.com/spf13/cobra"
 
 	"github.com/workmesh/workmesh/config"
@@ -80,7 +77,7 @@ func newNodeStartCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			printStartup(cmd.OutOrStdout(), s.node, cfg.Node)
+			printStartup(cmd.OutOrStdout(), s.node)
 
 			<-ctx.Done()
 			// From here a second SIGINT or SIGTERM ends the process at
@@ -96,52 +93,21 @@ func newNodeStartCommand() *cobra.Command {
 	return cmd
 }
 
-// printStartup prints who the node is, how to join it and where its API
-// listens, then "ready". Tests and scripts read these lines.
-func printStartup(w io.Writer, n *node.Node, cfg config.NodeConfig) {
+// printStartup prints who the node is, where it listens, the command
+// another host joins it with (the addresses a peer can dial: interface
+// addresses for 0.0.0.0 or ::, loopback only when there is nothing else)
+// and where its API listens, then "ready". Tests and scripts read these
+// lines.
+func printStartup(w io.Writer, n *node.Node) {
 	fmt.Fprintf(w, "peer id: %s\n", n.ID())
-	addrs := n.Addrs()
-	for _, a := range addrs {
+	for _, a := range n.Addrs() {
 		fmt.Fprintf(w, "listening on: %s\n", a)
 	}
-	if join := joinAddr(addrs); join != "" {
-		line := "workmesh node start"
-		if cfg.Network != config.Defaults().Node.Network {
-			line += " --network " + cfg.Network
-		}
-		fmt.Fprintf(w, "join with: %s --bootstrap %s\n", line, join)
+	if join := n.JoinCommand(); join != "" {
+		fmt.Fprintf(w, "join with: %s\n", join)
 	}
 	if api := n.APIAddr(); api != "" {
 		fmt.Fprintf(w, "api: %s\n", api)
 	}
 	fmt.Fprintln(w, "ready")
-}
-
-// joinAddr picks the address another node is most likely to reach: a
-// non-loopback one when there is one (another machine), QUIC before TCP.
-func joinAddr(addrs []ma.Multiaddr) string {
-	best, bestScore := "", -1
-	for _, a := range addrs {
-		score := 0
-		if !isLoopback(a) {
-			score += 2
-		}
-		if strings.Contains(a.String(), "/quic-v1") {
-			score++
-		}
-		if score > bestScore {
-			best, bestScore = a.String(), score
-		}
-	}
-	return best
-}
-
-func isLoopback(a ma.Multiaddr) bool {
-	for _, code := range []int{ma.P_IP4, ma.P_IP6} {
-		if v, err := a.ValueForProtocol(code); err == nil {
-			ip := net.ParseIP(v)
-			return ip != nil && ip.IsLoopback()
-		}
-	}
-	return false
 }

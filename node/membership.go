@@ -471,7 +471,7 @@ func (e *dialError) cause(err error) string {
 	case errors.As(err, &mismatch):
 		return fmt.Sprintf("another peer answers at this address (%s)", mismatch.Actual)
 	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
-		return fmt.Sprintf("timeout: no answer within %s", e.timeout)
+		return fmt.Sprintf("no answer within %s (timeout)", e.timeout)
 	case errors.Is(err, swarm.ErrNoAddresses):
 		return "no address to dial"
 	case errors.Is(err, swarm.ErrNoTransport):

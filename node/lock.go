@@ -55,7 +55,8 @@ func lockDataDir(dir string) (*dirLock, error) {
 		return nil, fmt.Errorf("data dir lock %s: %w", path, err)
 	}
 	pid := strconv.Itoa(os.Getpid()) + "\n"
-	if err := f.Truncate(0); err == nil {
+	err = f.Truncate(0)
+	if err == nil {
 		_, err = f.WriteAt([]byte(pid), 0)
 	}
 	if err != nil {

@@ -38,7 +38,9 @@ func newNodeStartCommand() *cobra.Command {
 		Long: "start joins the network through the --bootstrap peers (none: it starts a new network), advertises\n" +
 			"this node's work types, labels, capacity and load, serves work for its peers, and takes work on the\n" +
 			"local HTTP API (POST /v1/work, see `workmesh submit`), sending it to the best remote worker or its\n" +
-			"own. It prints its peer ID, a line another node can join with and the API address, then \"ready\".\n" +
+			"own. It prints its peer ID, its addresses, the command another host joins it with and the API address,\n" +
+			"then \"ready\"; a bootstrap peer that does not answer is logged with the cause until one does. One\n" +
+			"node runs on a --data-dir at a time: a second one on a dir in use exits 2 naming the first one's pid.\n" +
 			"SIGINT or SIGTERM stops it cleanly: it withdraws its work types, so that peers stop sending it work,\n" +
 			"waits up to --drain-timeout for the work in progress, then stops. A second signal stops it at once.",
 		Args: cobra.NoArgs,

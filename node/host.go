@@ -323,36 +323,46 @@ type nodeHost struct {
 	added  []protocol.ID
 }
 
-// hostIdentity returns the key the node signs with and the addresses its
-// own host will listen on (none on a borrowed host, which keeps its own):
-// a borrowed host's key, which WithIdentity must match, else the key given
-// with WithIdentity, else the one in the data dir (made on first start).
-func hostIdentity(cfg config.NodeConfig, o *options) (crypto.PrivKey, []ma.Multiaddr, error) {
+// hostIdentity returns the key the node signs with, the addresses its own
+// host will listen on (none on a borrowed host, which keeps its own) and,
+// when the key comes from the data dir, the lock the node holds on that dir
+// while it runs (see lockDataDir): a borrowed host's key, which WithIdentity
+// must match, else the key given with WithIdentity, else the one in the
+// data dir (made on first start).
+func hostIdentity(cfg config.NodeConfig, o *options) (crypto.PrivKey, []ma.Multiaddr, *dirLock, error) {
 	key, h := o.key, o.host
 	if h != nil {
 		hk := h.Peerstore().PrivKey(h.ID())
 		if hk == nil {
-			return nil, nil, fmt.Errorf("the given host's peerstore holds no private key for %s", h.ID())
+			return nil, nil, nil, fmt.Errorf("the given host's peerstore holds no private key for %s", h.ID())
 		}
 		if key != nil && !key.Equals(hk) {
-			return nil, nil, fmt.Errorf("the identity key is not the given host's (%s)", h.ID())
+			return nil, nil, nil, fmt.Errorf("the identity key is not the given host's (%s)", h.ID())
 		}
-		return hk, nil, nil
+		return hk, nil, nil, nil
 	}
 	listen, err := ParseListen(cfg.Listen)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	if key == nil {
-		dir, err := DataDir(cfg.DataDir)
-		if err != nil {
-			return nil, nil, err
-		}
-		if key, err = LoadOrCreateIdentity(dir); err != nil {
-			return nil, nil, err
-		}
+	if key != nil {
+		return key, listen, nil, nil
 	}
-	return key, listen, nil
+	dir, err := DataDir(cfg.DataDir)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	// The lock comes first: a second process on the dir stops here, before
+	// it could race the first one over a new key.
+	lock, err := lockDataDir(dir)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if key, err = LoadOrCreateIdentity(dir); err != nil {
+		lock.Close()
+		return nil, nil, nil, err
+	}
+	return key, listen, lock, nil
 }
 
 // openHost returns the host given with WithHost, noting the protocols it

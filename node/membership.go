@@ -2,9 +2,15 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
+	"regexp"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/event"
@@ -12,6 +18,9 @@ import (
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/peerstore"
+	"github.com/libp2p/go-libp2p/core/sec"
+	"github.com/libp2p/go-libp2p/p2p/net/swarm"
+	"github.com/libp2p/go-libp2p/p2p/protocol/identify"
 	ma "github.com/multiformats/go-multiaddr"
 	"github.com/sirupsen/logrus"
 )
@@ -36,8 +45,20 @@ const (
 	// refreshDelay is the wait between reaching a bootstrap peer and the
 	// first routing-table fill.
 	refreshDelay = 500 * time.Millisecond
-	// bootstrapTimeout bounds one dial of a bootstrap peer.
+	// firstDialTimeout bounds the first dial of a bootstrap peer, so that
+	// one that does not answer is reported within a couple of seconds of
+	// the start; each later round allows twice as long, up to
+	// bootstrapTimeout, for a slow path.
+	firstDialTimeout = 2 * time.Second
+	// bootstrapTimeout bounds one dial and push to a bootstrap peer.
 	bootstrapTimeout = 10 * time.Second
+	// firstRetry is the wait after the first round in which no bootstrap
+	// peer answered; it doubles each round, up to maxRetry.
+	firstRetry = time.Second
+	maxRetry   = time.Minute
+	// identifyWait bounds the wait for a bootstrap peer's identify, which
+	// says what it speaks, when it refused the nodedata protocol.
+	identifyWait = time.Second
 )
 
 // recordExchange is the nodedata protocol (health.go) as membership uses
@@ -59,6 +80,7 @@ type recordExchange interface {
 // retries, the syncs and the expiry.
 type membership struct {
 	log       *logrus.Logger
+	network   string
 	host      host.Host
 	table     *PeerTable
 	rec       *recordPublisher
@@ -76,9 +98,9 @@ type membership struct {
 	wg     sync.WaitGroup
 }
 
-func newMembership(h host.Host, table *PeerTable, rec *recordPublisher, ex recordExchange, bootstrap []peer.AddrInfo, ttl time.Duration, log *logrus.Logger) *membership {
+func newMembership(h host.Host, network string, table *PeerTable, rec *recordPublisher, ex recordExchange, bootstrap []peer.AddrInfo, ttl time.Duration, log *logrus.Logger) *membership {
 	return &membership{
-		log: log, host: h, table: table, rec: rec, ex: ex, bootstrap: bootstrap, ttl: ttl,
+		log: log, network: network, host: h, table: table, rec: rec, ex: ex, bootstrap: bootstrap, ttl: ttl,
 		syncQ: make(chan syncRequest, 256),
 	}
 }
@@ -133,14 +155,8 @@ func (m *membership) Start(ctx context.Context) error {
 		m.wg.Add(1)
 		go func() {
 			defer m.wg.Done()
-			dctx, dcancel := context.WithTimeout(ctx, bootstrapTimeout)
-			defer dcancel()
 			m.host.Peerstore().AddAddrs(ai.ID, ai.Addrs, peerstore.TempAddrTTL)
-			_, err := m.host.Network().DialPeer(dctx, ai.ID)
-			if err == nil {
-				err = m.ex.pushEarly(dctx, ai.ID)
-			}
-			done <- err // bootstrapLoop reports errors and tries again
+			done <- m.reachBootstrap(ctx, ai, firstDialTimeout, true) // bootstrapLoop reports errors and tries again
 		}()
 	}
 	return nil
@@ -203,56 +219,48 @@ func (m *membership) connectednessLoop(ctx context.Context, sub event.Subscripti
 // once the first announcement had a moment to spread, calls joined (the
 // DHT fills its routing table). Later losses are the DHT's to repair (it
 // redials its bootstrap peers when its table runs empty).
+//
+// After each round in which none answered, it says why for each of them
+// (reportBootstrap), and tries again after 1s, 2s, 4s... up to maxRetry:
+// at warn level while the node has no workmesh peer at all, at debug level
+// once it has one by other means (a peer that dialed it).
 func (m *membership) bootstrapLoop(ctx context.Context, joined func()) {
 	defer m.wg.Done()
-	backoff := time.Second
+	wait, timeout := firstRetry, firstDialTimeout
 	for {
+		errs := make([]error, len(m.bootstrap))
 		var wg sync.WaitGroup
-		var ok atomic.Bool
 		for i, ai := range m.bootstrap {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
+			wg.Go(func() {
 				if early := m.early[i]; early != nil {
 					// The first round: Start dialed and pushed already.
 					m.early[i] = nil
 					select {
-					case err := <-early:
-						if err == nil {
-							ok.Store(true)
-							return
-						}
+					case errs[i] = <-early:
 					case <-ctx.Done():
-						return
-					}
-				}
-				dctx, cancel := context.WithTimeout(ctx, bootstrapTimeout)
-				defer cancel()
-				if err := m.host.Connect(dctx, ai); err != nil {
-					if ctx.Err() == nil {
-						m.log.WithField("peer", ai.ID.String()).Warnf("bootstrap: %v", err)
 					}
 					return
 				}
-				ok.Store(true)
-				// Hand the bootstrap peer our record at once: it
-				// passes it on to its own peers, so that the network
-				// knows this node before its gossip is set up.
-				if err := m.ex.pushNodeData(dctx, ai.ID); err != nil && ctx.Err() == nil {
-					m.log.WithField("peer", ai.ID.String()).Debugf("bootstrap: %v", err)
-				}
-			}()
+				errs[i] = m.reachBootstrap(ctx, ai, timeout, false)
+			})
 		}
 		wg.Wait()
-		if ok.Load() {
+		if ctx.Err() != nil {
+			return
+		}
+		if slices.Contains(errs, nil) {
 			break
+		}
+		quiet := m.hasPeer()
+		for i, err := range errs {
+			m.reportBootstrap(m.bootstrap[i], err, wait, quiet)
 		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(backoff):
+		case <-time.After(wait):
 		}
-		backoff = min(2*backoff, 30*time.Second)
+		wait, timeout = min(2*wait, maxRetry), min(2*timeout, bootstrapTimeout)
 	}
 	select {
 	case <-ctx.Done():
@@ -260,6 +268,228 @@ func (m *membership) bootstrapLoop(ctx context.Context, joined func()) {
 	case <-time.After(refreshDelay):
 	}
 	joined()
+}
+
+// reachBootstrap dials a bootstrap peer (the dial bounded by dialTimeout)
+// and hands it the node's record, which it passes on to its own peers, so
+// that the network knows this node before its gossip is set up. early
+// pushes without waiting for identify (pushEarly): the push is what makes
+// the node known, and identify's round trip would only delay it.
+//
+// A peer that is reached but refuses the push still counts as reached
+// when it speaks this network's nodedata protocol (it may just be busy);
+// one that does not speak it is not a peer of this network, and the error
+// says which network it is on when its protocols tell (see otherNetwork).
+// Dials skip the swarm's dial backoff: the retries are spaced here.
+func (m *membership) reachBootstrap(ctx context.Context, ai peer.AddrInfo, dialTimeout time.Duration, early bool) error {
+	ctx, cancel := context.WithTimeout(network.WithForceDirectDial(ctx, "bootstrap"), bootstrapTimeout)
+	defer cancel()
+	dctx, dcancel := context.WithTimeout(ctx, dialTimeout)
+	defer dcancel()
+	var err error
+	if early {
+		_, err = m.host.Network().DialPeer(dctx, ai.ID)
+	} else {
+		err = m.host.Connect(dctx, ai)
+	}
+	if err != nil {
+		return &dialError{err: err, timeout: dialTimeout}
+	}
+	if early {
+		err = m.ex.pushEarly(ctx, ai.ID)
+	} else {
+		err = m.ex.pushNodeData(ctx, ai.ID)
+	}
+	if err == nil {
+		return nil
+	}
+	if ctx.Err() == nil && m.speaks(ctx, ai.ID) {
+		m.log.WithField("peer", ai.ID.String()).Debugf("bootstrap: %v", err)
+		return nil
+	}
+	ne := &networkError{network: m.network, other: m.otherNetwork(ai.ID), err: err}
+	if conns := m.host.Network().ConnsToPeer(ai.ID); len(conns) > 0 {
+		ne.addr = conns[0].RemoteMultiaddr()
+	}
+	// Not a peer of this network: its connection serves nothing here.
+	_ = m.host.Network().ClosePeer(ai.ID)
+	return ne
+}
+
+// speaks reports whether p, once identified, serves this network's
+// nodedata protocol.
+func (m *membership) speaks(ctx context.Context, p peer.ID) bool {
+	m.waitIdentify(ctx, p)
+	ok, err := m.host.Peerstore().SupportsProtocols(p, NodeDataProtocol(m.network))
+	return err == nil && len(ok) > 0
+}
+
+// waitIdentify waits, for identifyWait at most, until identify ran on a
+// connection to p, so that the peerstore knows what p speaks.
+func (m *membership) waitIdentify(ctx context.Context, p peer.ID) {
+	ids, ok := m.host.(interface{ IDService() identify.IDService })
+	if !ok {
+		return
+	}
+	conns := m.host.Network().ConnsToPeer(p)
+	if len(conns) == 0 {
+		return
+	}
+	t := time.NewTimer(identifyWait)
+	defer t.Stop()
+	select {
+	case <-ids.IDService().IdentifyWait(conns[0]):
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+// workmeshProtocol matches a workmesh protocol ID; its first group is the
+// network name (see HealthProtocol, NodeDataProtocol).
+var workmeshProtocol = regexp.MustCompile(`^/workmesh/([A-Za-z0-9._-]{1,64})/[a-z]+/`)
+
+// otherNetwork returns the networks p's workmesh protocols are scoped to,
+// comma-separated, or "" when it speaks none (or identify did not say).
+func (m *membership) otherNetwork(p peer.ID) string {
+	protos, _ := m.host.Peerstore().GetProtocols(p)
+	var nets []string
+	for _, id := range protos {
+		if sub := workmeshProtocol.FindStringSubmatch(string(id)); sub != nil && !slices.Contains(nets, sub[1]) {
+			nets = append(nets, sub[1])
+		}
+	}
+	slices.Sort(nets)
+	return strings.Join(nets, ",")
+}
+
+// hasPeer reports whether the node is connected to a peer of its network:
+// one in the peer table or one that serves its nodedata protocol.
+func (m *membership) hasPeer() bool {
+	for _, p := range m.host.Network().Peers() {
+		if _, ok := m.table.Get(p); ok {
+			return true
+		}
+		if ok, err := m.host.Peerstore().SupportsProtocols(p, NodeDataProtocol(m.network)); err == nil && len(ok) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// reportBootstrap logs, in one line, why a bootstrap peer did not answer
+// and when it is tried again: at warn level, or at debug when quiet.
+func (m *membership) reportBootstrap(ai peer.AddrInfo, err error, retry time.Duration, quiet bool) {
+	log := m.log.WithFields(logrus.Fields{"peer": ai.ID.String(), "retry_in": retry.String()})
+	var msg string
+	if ne := (*networkError)(nil); errors.As(err, &ne) {
+		if ne.addr != nil {
+			ai.Addrs = []ma.Multiaddr{ne.addr}
+		}
+		msg = fmt.Sprintf("bootstrap peer %s %v; trying again in %s", bootstrapName(ai), err, retry)
+	} else {
+		msg = fmt.Sprintf("bootstrap %s: %v; trying again in %s", bootstrapName(ai), err, retry)
+	}
+	if quiet {
+		log.Debug(msg)
+		return
+	}
+	log.Warn(msg)
+}
+
+// bootstrapName is the bootstrap peer as the operator gave it: its
+// address with /p2p/<id>, or its addresses when it has several.
+func bootstrapName(ai peer.AddrInfo) string {
+	addrs, err := peer.AddrInfoToP2pAddrs(&ai)
+	if err != nil || len(addrs) == 0 {
+		return "peer " + ai.ID.String()
+	}
+	names := make([]string, len(addrs))
+	for i, a := range addrs {
+		names[i] = a.String()
+	}
+	return strings.Join(names, ", ")
+}
+
+// networkError is a bootstrap peer that was reached but is not a peer of
+// this node's network.
+// Its text reads after "bootstrap peer <address> ".
+type networkError struct {
+	network, other string
+	// addr is the address the peer was reached at, when known.
+	addr ma.Multiaddr
+	err  error
+}
+
+func (e *networkError) Error() string {
+	if e.other != "" {
+		return fmt.Sprintf("is on network %s, this node is on %s (to join that network, start this node with --network %s)",
+			e.other, e.network, e.other)
+	}
+	return fmt.Sprintf("does not speak workmesh network %s (%s)", e.network, rootCause(e.err))
+}
+
+func (e *networkError) Unwrap() error { return e.err }
+
+// dialError is a failed dial of a bootstrap peer, said as its root cause
+// per address rather than as libp2p's aggregate text.
+type dialError struct {
+	err     error
+	timeout time.Duration
+}
+
+func (e *dialError) Unwrap() error { return e.err }
+
+func (e *dialError) Error() string {
+	var de *swarm.DialError
+	if !errors.As(e.err, &de) || len(de.DialErrors) == 0 {
+		return "unreachable: " + e.cause(e.err)
+	}
+	causes := make([]string, 0, len(de.DialErrors))
+	for _, te := range de.DialErrors {
+		c := e.cause(te.Cause)
+		if len(de.DialErrors) > 1 {
+			c = te.Address.String() + ": " + c
+		}
+		causes = append(causes, c)
+	}
+	return "unreachable: " + strings.Join(causes, "; ")
+}
+
+// cause names a dial error's root cause in a few words.
+func (e *dialError) cause(err error) string {
+	var mismatch sec.ErrPeerIDMismatch
+	var ne net.Error
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection refused"
+	case errors.Is(err, syscall.EHOSTUNREACH):
+		return "no route to host"
+	case errors.Is(err, syscall.ENETUNREACH):
+		return "network unreachable"
+	case errors.Is(err, syscall.EADDRNOTAVAIL):
+		return "address not available on this host"
+	case errors.As(err, &mismatch):
+		return fmt.Sprintf("another peer answers at this address (%s)", mismatch.Actual)
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		return fmt.Sprintf("no answer within %s (timeout)", e.timeout)
+	case errors.Is(err, swarm.ErrNoAddresses):
+		return "no address to dial"
+	case errors.Is(err, swarm.ErrNoTransport):
+		return "no transport for this address"
+	}
+	return rootCause(err)
+}
+
+// rootCause is the innermost error's text, on one line.
+func rootCause(err error) string {
+	for {
+		next := errors.Unwrap(err)
+		if next == nil {
+			break
+		}
+		err = next
+	}
+	return strings.Join(strings.Fields(err.Error()), " ")
 }
 
 // onPeerJoin runs when a peer joins the NodeData topic: publish our record

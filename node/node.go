@@ -1,16 +1,20 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"regexp"
+	"slices"
+	"strings"
 	"sync"
 
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
 	ma "github.com/multiformats/go-multiaddr"
+	manet "github.com/multiformats/go-multiaddr/net"
 	"github.com/sirupsen/logrus"
 
 	"github.com/workmesh/workmesh/config"
@@ -47,6 +51,8 @@ var networkName = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
 // Node is a running workmesh node. It is made of parts, each with its own
 // file, started by New in this order and closed by Close in reverse:
 //
+//   - lock (lock.go): the lock on the data dir, held while the node runs,
+//     when its identity comes from there;
 //   - host (host.go): the libp2p host, the node's own or a borrowed one;
 //   - records (records.go): the node's signed NodeData, re-signed and
 //     published on change and every announce-interval;
@@ -83,7 +89,9 @@ type Node struct {
 	closeErr  error
 }
 
-// New starts a node: it loads or creates its identity, listens, starts the
+// New starts a node: it locks its data dir (an error wrapping
+// ErrDataDirInUse when another process holds it), loads or creates its
+// identity, listens, starts the
 // DHT, gossip and the HTTP API, and joins through the bootstrap peers in the
 // background. It returns once the node is listening. Cancelling ctx stops
 // the node's background work as Close does, but only Close frees it.
@@ -101,21 +109,27 @@ func New(ctx context.Context, cfg config.NodeConfig, opts ...Option) (*Node, err
 	if err != nil {
 		return nil, fmt.Errorf("node: %w", err)
 	}
-	key, listen, err := hostIdentity(cfg, &o)
+	key, listen, lock, err := hostIdentity(cfg, &o)
 	if err != nil {
 		return nil, fmt.Errorf("node: %w", err)
 	}
 	if err := httpapi.CheckExposure(cfg.API, o.apiToken); err != nil {
+		lock.Close()
 		return nil, fmt.Errorf("node: %w", err)
 	}
 	h, err := openHost(key, &o, cfg.Network, listen, bootstrap)
 	if err != nil {
+		lock.Close()
 		return nil, fmt.Errorf("node: %w", err)
 	}
 
 	ctx, cancel := context.WithCancel(ctx)
 	n := &Node{cfg: cfg, log: o.log, healthCheck: o.healthCheck, info: o.info, host: h,
 		api: httpapi.New(o.apiToken, o.log), parts: []io.Closer{h}, ctx: ctx, cancel: cancel}
+	if lock != nil {
+		// Released last, once everything that uses the data dir stopped.
+		n.parts = []io.Closer{lock, h}
+	}
 	fail := func(err error) (*Node, error) {
 		n.host.claim()
 		n.Close()
@@ -130,7 +144,7 @@ func New(ctx context.Context, cfg config.NodeConfig, opts ...Option) (*Node, err
 	}
 	h.SetStreamHandler(HealthProtocol(cfg.Network), n.handleHealth)
 
-	n.members = newMembership(h.Host, n.table, n.records, n, bootstrap, cfg.RecordTTL, o.log)
+	n.members = newMembership(h.Host, cfg.Network, n.table, n.records, n, bootstrap, cfg.RecordTTL, o.log)
 	n.parts = append(n.parts, n.members)
 	if err := n.members.Start(ctx); err != nil {
 		return fail(err)
@@ -209,6 +223,59 @@ func (n *Node) Addrs() []ma.Multiaddr {
 		out = append(out, a.Encapsulate(p2p.Multiaddr()))
 	}
 	return out
+}
+
+// DialAddrs returns the addresses another host can dial the node at, with
+// its /p2p/<id> suffix, QUIC first: its listen addresses as the host
+// resolves them (an unspecified listen address, 0.0.0.0 or ::, becomes one
+// per interface), without unspecified and IPv6 link-local ones, and
+// without loopback ones unless the node has no other.
+func (n *Node) DialAddrs() []ma.Multiaddr {
+	var out, loopback []ma.Multiaddr
+	for _, a := range n.Addrs() {
+		switch {
+		case manet.IsIPUnspecified(a), manet.IsIP6LinkLocal(a):
+		case manet.IsIPLoopback(a):
+			loopback = append(loopback, a)
+		default:
+			out = append(out, a)
+		}
+	}
+	if len(out) == 0 {
+		out = loopback
+	}
+	slices.SortStableFunc(out, func(a, b ma.Multiaddr) int {
+		return cmp.Compare(quicRank(a), quicRank(b))
+	})
+	return out
+}
+
+// quicRank is 0 for a QUIC address, 1 for any other.
+func quicRank(a ma.Multiaddr) int {
+	if _, err := a.ValueForProtocol(ma.P_QUIC_V1); err == nil {
+		return 0
+	}
+	return 1
+}
+
+// JoinCommand returns the command another host runs to join the network
+// through this node: `workmesh node start` with the node's network when it
+// is not the default, and its DialAddrs as one comma-separated --bootstrap
+// list. It is "" when the node has no address to dial.
+func (n *Node) JoinCommand() string {
+	addrs := n.DialAddrs()
+	if len(addrs) == 0 {
+		return ""
+	}
+	line := "workmesh node start"
+	if n.cfg.Network != config.Defaults().Node.Network {
+		line += " --network " + n.cfg.Network
+	}
+	list := make([]string, len(addrs))
+	for i, a := range addrs {
+		list[i] = a.String()
+	}
+	return line + " --bootstrap " + strings.Join(list, ",")
 }
 
 // APIAddr returns the address the HTTP API listens on, or "" when it is off.

@@ -1,16 +1,14 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
-	ma "github.com/multiformats/go-multiaddr"
 	"github.com/spf13/cobra"
 
 	"github.com/workmesh/workmesh/config"
@@ -39,7 +37,9 @@ func newNodeStartCommand() *cobra.Command {
 		Long: "start joins the network through the --bootstrap peers (none: it starts a new network), advertises\n" +
 			"this node's work types, labels, capacity and load, serves work for its peers, and takes work on the\n" +
 			"local HTTP API (POST /v1/work, see `workmesh submit`), sending it to the best remote worker or its\n" +
-			"own. It prints its peer ID, a line another node can join with and the API address, then \"ready\".\n" +
+			"own. It prints its peer ID, its addresses, the command another host joins it with and the API address,\n" +
+			"then \"ready\"; a bootstrap peer that does not answer is logged with the cause until one does. One\n" +
+			"node runs on a --data-dir at a time: a second one on a dir in use exits 2 naming the first one's pid.\n" +
 			"SIGINT or SIGTERM stops it cleanly: it withdraws its work types, so that peers stop sending it work,\n" +
 			"waits up to --drain-timeout for the work in progress, then stops. A second signal stops it at once.\n\n" +
 			"Settings come from --config FILE, WORKMESH_<SETTING> variables and flags, flags winning; check them\n" +
@@ -70,10 +70,15 @@ func newNodeStartCommand() *cobra.Command {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			s, err := startStack(ctx, cfg, log)
+			if errors.Is(err, node.ErrDataDirInUse) {
+				// Another node runs on this data dir: how this one was
+				// started is the problem, so it exits 2 as a usage error.
+				return usageError{err}
+			}
 			if err != nil {
 				return err
 			}
-			printStartup(cmd.OutOrStdout(), s.node, cfg.Node)
+			printStartup(cmd.OutOrStdout(), s.node)
 
 			<-ctx.Done()
 			// From here a second SIGINT or SIGTERM ends the process at
@@ -89,52 +94,21 @@ func newNodeStartCommand() *cobra.Command {
 	return cmd
 }
 
-// printStartup prints who the node is, how to join it and where its API
-// listens, then "ready". Tests and scripts read these lines.
-func printStartup(w io.Writer, n *node.Node, cfg config.NodeConfig) {
+// printStartup prints who the node is, where it listens, the command
+// another host joins it with (the addresses a peer can dial: interface
+// addresses for 0.0.0.0 or ::, loopback only when there is nothing else)
+// and where its API listens, then "ready". Tests and scripts read these
+// lines.
+func printStartup(w io.Writer, n *node.Node) {
 	fmt.Fprintf(w, "peer id: %s\n", n.ID())
-	addrs := n.Addrs()
-	for _, a := range addrs {
+	for _, a := range n.Addrs() {
 		fmt.Fprintf(w, "listening on: %s\n", a)
 	}
-	if join := joinAddr(addrs); join != "" {
-		line := "workmesh node start"
-		if cfg.Network != config.Defaults().Node.Network {
-			line += " --network " + cfg.Network
-		}
-		fmt.Fprintf(w, "join with: %s --bootstrap %s\n", line, join)
+	if join := n.JoinCommand(); join != "" {
+		fmt.Fprintf(w, "join with: %s\n", join)
 	}
 	if api := n.APIAddr(); api != "" {
 		fmt.Fprintf(w, "api: %s\n", api)
 	}
 	fmt.Fprintln(w, "ready")
-}
-
-// joinAddr picks the address another node is most likely to reach: a
-// non-loopback one when there is one (another machine), QUIC before TCP.
-func joinAddr(addrs []ma.Multiaddr) string {
-	best, bestScore := "", -1
-	for _, a := range addrs {
-		score := 0
-		if !isLoopback(a) {
-			score += 2
-		}
-		if strings.Contains(a.String(), "/quic-v1") {
-			score++
-		}
-		if score > bestScore {
-			best, bestScore = a.String(), score
-		}
-	}
-	return best
-}
-
-func isLoopback(a ma.Multiaddr) bool {
-	for _, code := range []int{ma.P_IP4, ma.P_IP6} {
-		if v, err := a.ValueForProtocol(code); err == nil {
-			ip := net.ParseIP(v)
-			return ip != nil && ip.IsLoopback()
-		}
-	}
-	return false
 }

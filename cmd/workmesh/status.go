@@ -47,6 +47,8 @@ func printStatus(w io.Writer, api string, v apiv1.StatusView) {
 	fmt.Fprintf(w, "node:       %s (network %s, workmesh %s), up %s\n", v.PeerID, v.Network, v.Version,
 		(time.Duration(v.UptimeS * float64(time.Second))).Round(time.Second))
 	fmt.Fprintf(w, "api:        %s; work types %s; labels %s\n", api, dash(strings.Join(v.WorkTypes, ",")), dash(strings.Join(v.Labels, ",")))
+	fmt.Fprintf(w, "addrs:      %s\n", dash(strings.Join(v.Addrs, " ")))
+	fmt.Fprintf(w, "join with:  %s\n", dash(v.Join))
 	fmt.Fprintf(w, "peers:      %d fresh, %d connected, %d known\n", v.Peers.Fresh, v.Peers.Connected, v.Peers.Known)
 	fmt.Fprintf(w, "liveness:   %d alive, %d unreachable, %d probing\n", v.Liveness.Alive, v.Liveness.Unreachable, v.Liveness.Probing)
 	line := fmt.Sprintf("dispatch:   %d in flight", v.InFlight)

@@ -388,7 +388,13 @@ type StatusView struct {
 	UptimeS   float64  `json:"uptime_s"`
 	WorkTypes []string `json:"work_types"`
 	Labels    []string `json:"labels"`
-	Peers     struct {
+	// Addrs are the addresses another host can dial the node at, with
+	// /p2p/<id> (loopback ones only when it has no other).
+	Addrs []string `json:"addrs"`
+	// Join is the command another host runs to join the network through
+	// this node ("" when it has no address).
+	Join  string `json:"join"`
+	Peers struct {
 		// Known counts the peer table, fresh or not yet expired.
 		Known int `json:"known"`
 		// Fresh counts peers within their record TTL.

@@ -18,8 +18,12 @@ func (d *Dispatcher) Status() apiv1.StatusView {
 		PeerID: info.PeerID, Network: info.Network, Version: info.Version,
 		StartTime: nd.StartTime.UTC(), UptimeS: time.Since(nd.StartTime).Seconds(),
 		WorkTypes: info.WorkTypes, Labels: info.Labels,
+		Addrs: []string{}, Join: d.node.JoinCommand(),
 		InFlight:   d.metrics.inFlight.Load(),
 		Rejections: map[string]uint64{},
+	}
+	for _, a := range d.node.DialAddrs() {
+		v.Addrs = append(v.Addrs, a.String())
 	}
 	table := d.node.Peers()
 	peers := table.Peers()

@@ -1,0 +1,71 @@
+package node
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/protocol"
+	mocknet "github.com/libp2p/go-libp2p/p2p/net/mock"
+	"github.com/sirupsen/logrus"
+	logtest "github.com/sirupsen/logrus/hooks/test"
+
+	"github.com/workmesh/workmesh/tests/testkit"
+)
+
+// TestBootstrapPeerNotOfThisNetwork bootstraps a node from a peer that
+// speaks no workmesh protocol and from one of another network: each is
+// named in a warning that says what it is.
+func TestBootstrapPeerNotOfThisNetwork(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		serve string // a protocol the bootstrap peer serves
+		want  string
+	}{
+		{"plain libp2p peer", "", "does not speak workmesh network " + testNetwork},
+		{"another network", "/workmesh/other/nodedata/1.0.0", "is on network other, this node is on " + testNetwork},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mn := mocknet.New()
+			t.Cleanup(func() { mn.Close() })
+			hosts := make([]host.Host, 2)
+			for i := range hosts {
+				h, err := mn.GenPeer()
+				if err != nil {
+					t.Fatal(err)
+				}
+				hosts[i] = h
+			}
+			if err := mn.LinkAll(); err != nil {
+				t.Fatal(err)
+			}
+			if tc.serve != "" {
+				hosts[1].SetStreamHandler(protocol.ID(tc.serve), func(s network.Stream) { s.Reset() })
+			}
+			log, hook := logtest.NewNullLogger()
+			cfg := testConfig(t)
+			addrs, err := peer.AddrInfoToP2pAddrs(&peer.AddrInfo{ID: hosts[1].ID(), Addrs: hosts[1].Addrs()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.Bootstrap = []string{addrs[0].String()}
+			startTestNode(t, cfg, WithHost(hosts[0]), WithLogger(log))
+			want := "bootstrap peer " + addrs[0].String() + " " + tc.want
+			testkit.WaitFor(t, 5*time.Second, "a warning: "+want, func() error {
+				var seen []string
+				for _, e := range hook.AllEntries() {
+					if e.Level == logrus.WarnLevel && strings.Contains(e.Message, want) {
+						t.Logf("%s", e.Message)
+						return nil
+					}
+					seen = append(seen, e.Message)
+				}
+				return fmt.Errorf("logged %q", seen)
+			})
+		})
+	}
+}

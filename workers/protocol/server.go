@@ -339,13 +339,11 @@ func (s *Server) run(str network.Stream, req *Request, sr *ServedRequest) {
 		s.respond(str, req, workers.Fail(workers.Denied, "peer %s is not allowed to submit work here", sr.Peer), sr)
 		return
 	}
-	if l := s.cfg.limiter; l != nil {
-		res, ok := l.Acquire(sr.Peer)
-		if !ok {
-			s.respond(str, req, res, sr)
+	if s.cfg.limiter != nil {
+		if !s.acquire(str, req, sr) {
 			return
 		}
-		defer l.Release(sr.Peer)
+		defer s.release(sr.Peer)
 	}
 	budget := req.Timeout
 	if budget <= 0 || budget > s.cfg.maxWorkTime {
@@ -373,6 +371,20 @@ func (s *Server) run(str network.Stream, req *Request, sr *ServedRequest) {
 	s.respond(str, req, res, sr)
 }
 
+// acquire asks the peer limiter whether sr's peer may run req, and
+// answers the refusal when it may not. It is apart from run, whose stack
+// frame every stream's goroutine carries.
+func (s *Server) acquire(str network.Stream, req *Request, sr *ServedRequest) bool {
+	res, ok := s.cfg.limiter.Acquire(sr.Peer)
+	if !ok {
+		s.respond(str, req, res, sr)
+	}
+	return ok
+}
+
+// release ends what acquire admitted.
+func (s *Server) release(p peer.ID) { s.cfg.limiter.Release(p) }
+
 // execute runs an admitted request on the stream's goroutine. Work that is
 // done within the grace period (most of it) costs nothing more. Longer
 // work, or work that waits in the queue, gets a watchdog goroutine that
@@ -383,7 +395,7 @@ func (s *Server) execute(str network.Stream, req *Request, t *pool.Ticket) worke
 	if req.AcceptTimeout > 0 {
 		grace = min(grace, req.AcceptTimeout/4)
 	}
-	w := &watchdog{str: str, cancel: t.Cancel, accept: req.AcceptTimeout > 0, done: make(chan struct{})}
+	w := &watchdog{str: str, ticket: t, accept: req.AcceptTimeout > 0, done: make(chan struct{})}
 	timer := time.AfterFunc(grace, w.run)
 	res, intercepted := workers.Result{}, false
 	if s.cfg.intercept != nil {
@@ -403,7 +415,7 @@ func (s *Server) execute(str network.Stream, req *Request, t *pool.Ticket) worke
 // the accept frame is always written before the response.
 type watchdog struct {
 	str      network.Stream
-	cancel   context.CancelCauseFunc // the work's context
+	ticket   *pool.Ticket // the work: its context is cancelled through it
 	accept   bool
 	stopping atomic.Bool
 	done     chan struct{}
@@ -414,7 +426,7 @@ func (w *watchdog) run() {
 	if w.accept {
 		var accept [frame.HeaderLen + 1]byte
 		if _, err := w.str.Write(appendAccept(accept[:0])); err != nil {
-			w.cancel(fmt.Errorf("%w: write accept frame: %v", ErrClientGone, err))
+			w.ticket.Cancel(fmt.Errorf("%w: write accept frame: %v", ErrClientGone, err))
 			return
 		}
 	}
@@ -424,11 +436,11 @@ func (w *watchdog) run() {
 	n, err := w.str.Read(b[:])
 	switch {
 	case n > 0:
-		w.cancel(fmt.Errorf("unexpected bytes after the request: %w", ErrMalformed))
+		w.ticket.Cancel(fmt.Errorf("unexpected bytes after the request: %w", ErrMalformed))
 	case w.stopping.Load():
 		// Ended on purpose by stop.
 	case err != nil && !errors.Is(err, io.EOF):
-		w.cancel(fmt.Errorf("%w: %v", ErrClientGone, err))
+		w.ticket.Cancel(fmt.Errorf("%w: %v", ErrClientGone, err))
 	}
 }
 

@@ -16,60 +16,26 @@ import (
 	"github.com/workmesh/workmesh/workers"
 )
 
-type clientConfig struct {
-	maxPayload     int
-	defaultTimeout time.Duration
-}
-
-// ClientOption configures a Client.
-type ClientOption func(*clientConfig) error
-
-// WithClientMaxPayload sets the largest request payload the client sends
-// and response output it reads (default DefaultMaxPayload).
-func WithClientMaxPayload(n int) ClientOption {
-	return func(c *clientConfig) error {
-		if n < 1 || n > maxMaxPayload {
-			return fmt.Errorf("max payload %d: want 1 to %d bytes", n, maxMaxPayload)
-		}
-		c.maxPayload = n
-		return nil
-	}
-}
-
-// WithDefaultTimeout bounds calls whose context has no deadline (default
-// DefaultClientTimeout), so that no call waits forever.
-func WithDefaultTimeout(d time.Duration) ClientOption {
-	return func(c *clientConfig) error {
-		if d <= 0 {
-			return fmt.Errorf("default timeout %s: want a positive duration", d)
-		}
-		c.defaultTimeout = d
-		return nil
-	}
-}
-
 // Client sends work to remote workers over the work protocol. It is safe
 // for concurrent use; every call uses a stream of its own.
 type Client struct {
 	h   host.Host
 	pid protocol.ID
-	cfg clientConfig
+	cfg settings
 }
 
 // NewClient returns a client for the work protocol of network, sending
 // from h.
-func NewClient(h host.Host, network string, opts ...ClientOption) (*Client, error) {
+func NewClient(h host.Host, network string, opts ...Option) (*Client, error) {
 	if h == nil {
 		return nil, errors.New("new work client: nil host")
 	}
 	if err := checkNetwork(network); err != nil {
 		return nil, fmt.Errorf("new work client: %w", err)
 	}
-	cfg := clientConfig{maxPayload: workers.DefaultMaxPayload, defaultTimeout: DefaultClientTimeout}
-	for _, o := range opts {
-		if err := o(&cfg); err != nil {
-			return nil, fmt.Errorf("new work client: %w", err)
-		}
+	cfg, err := apply(defaults(), opts)
+	if err != nil {
+		return nil, fmt.Errorf("new work client: %w", err)
 	}
 	return &Client{h: h, pid: ProtocolID(network), cfg: cfg}, nil
 }

@@ -32,7 +32,7 @@ type pair struct {
 	served                 chan ServedRequest
 }
 
-func newPair(t testing.TB, handlers map[string]workers.Handler, opts ...ServerOption) *pair {
+func newPair(t testing.TB, handlers map[string]workers.Handler, opts ...Option) *pair {
 	t.Helper()
 	p := newPairOn(t, workertest.NewHost(t), workertest.NewHost(t), handlers, opts...)
 	workertest.Connect(t, p.clientHost, p.serverHost)
@@ -40,11 +40,11 @@ func newPair(t testing.TB, handlers map[string]workers.Handler, opts ...ServerOp
 }
 
 // newPairOn is newPair on the given hosts, which it does not connect.
-func newPairOn(t testing.TB, clientHost, serverHost host.Host, handlers map[string]workers.Handler, opts ...ServerOption) *pair {
+func newPairOn(t testing.TB, clientHost, serverHost host.Host, handlers map[string]workers.Handler, opts ...Option) *pair {
 	t.Helper()
 	p := &pair{clientHost: clientHost, serverHost: serverHost, served: make(chan ServedRequest, 1000)}
 	p.pool = workertest.NewPool(t, 4, 16, handlers)
-	opts = append([]ServerOption{
+	opts = append([]Option{
 		WithLogger(workertest.QuietLogger()),
 		WithObserver(func(sr ServedRequest) {
 			select {

@@ -48,137 +48,13 @@ type ServerStats struct {
 	Dropped uint64
 }
 
-type serverConfig struct {
-	maxPayload  int
-	maxWorkTime time.Duration
-	readTimeout time.Duration
-	grace       time.Duration
-	allow       func(peer.ID) bool
-	limiter     PeerLimiter
-	intercept   Interceptor
-	observe     func(ServedRequest)
-	log         logrus.FieldLogger
-}
-
-// ServerOption configures a Server.
-type ServerOption func(*serverConfig) error
-
-// WithMaxPayload sets the largest request payload and response output the
-// server handles (default DefaultMaxPayload). Larger requests are refused
-// before they are read.
-func WithMaxPayload(n int) ServerOption {
-	return func(c *serverConfig) error {
-		if n < 1 || n > maxMaxPayload {
-			return fmt.Errorf("max payload %d: want 1 to %d bytes", n, maxMaxPayload)
-		}
-		c.maxPayload = n
-		return nil
-	}
-}
-
-// WithMaxWorkTime caps the time given to one request, and is the time
-// given to a request that names none (default DefaultMaxWorkTime).
-func WithMaxWorkTime(d time.Duration) ServerOption {
-	return func(c *serverConfig) error {
-		if d <= 0 {
-			return fmt.Errorf("max work time %s: want a positive duration", d)
-		}
-		c.maxWorkTime = d
-		return nil
-	}
-}
-
-// WithRequestReadTimeout bounds the time to receive a request after the
-// stream opened (default DefaultRequestReadTimeout), so a peer that sends
-// half a message holds nothing for long.
-func WithRequestReadTimeout(d time.Duration) ServerOption {
-	return func(c *serverConfig) error {
-		if d <= 0 {
-			return fmt.Errorf("request read timeout %s: want a positive duration", d)
-		}
-		c.readTimeout = d
-		return nil
-	}
-}
-
-// WithGracePeriod sets how long the server waits for a result before it
-// starts watching the client for cancellation and sends the accept frame
-// the client asked for (default DefaultGracePeriod). The period used is
-// never more than a quarter of the client's accept timeout. Work finished
-// within it costs no extra goroutine and no extra frame; a client that
-// gives up is noticed at most this late. Zero watches and accepts at once.
-func WithGracePeriod(d time.Duration) ServerOption {
-	return func(c *serverConfig) error {
-		if d < 0 {
-			return fmt.Errorf("grace period %s: want zero or more", d)
-		}
-		c.grace = d
-		return nil
-	}
-}
-
-// WithAllow sets the access check: a request from a peer for which allow
-// returns false is answered Denied without running. Nil allows everyone.
-func WithAllow(allow func(peer.ID) bool) ServerOption {
-	return func(c *serverConfig) error { c.allow = allow; return nil }
-}
-
-// PeerLimiter bounds what each peer may have the server do: Acquire
-// admits a request of peer p before it reaches the local worker (or
-// returns the answer that refuses it, and false), and Release is called
-// once for every admitted request when it has ended.
-type PeerLimiter interface {
-	Acquire(p peer.ID) (workers.Result, bool)
-	Release(p peer.ID)
-}
-
-// WithPeerLimiter makes the server ask l before it runs a peer's request.
-// Nil means no limit.
-func WithPeerLimiter(l PeerLimiter) ServerOption {
-	return func(c *serverConfig) error { c.limiter = l; return nil }
-}
-
-// Interceptor may act on a request the local worker admitted, before its
-// handler runs: Intercept returns the request's result and true when it
-// acted, in which case it released the ticket (pool.RunInline after
-// cancelling it); false lets the request run. An interceptor that wants
-// the request dropped without an answer cancels the ticket with a cause
-// that wraps workers.ErrDropped.
-type Interceptor interface {
-	Intercept(p *pool.Pool, t *pool.Ticket) (workers.Result, bool)
-}
-
-// WithInterceptor makes the server pass every admitted request through i
-// (fault injection does). A request the local worker is too busy to admit
-// is answered Busy whatever i would do. Nil means none.
-func WithInterceptor(i Interceptor) ServerOption {
-	return func(c *serverConfig) error { c.intercept = i; return nil }
-}
-
-// WithObserver sets a function called once for every stream the server
-// handled, after it ended. It runs on the stream's goroutine: keep it short.
-func WithObserver(observe func(ServedRequest)) ServerOption {
-	return func(c *serverConfig) error { c.observe = observe; return nil }
-}
-
-// WithLogger sets the logger (default logrus's standard logger).
-func WithLogger(log logrus.FieldLogger) ServerOption {
-	return func(c *serverConfig) error {
-		if log == nil {
-			return errors.New("nil logger")
-		}
-		c.log = log
-		return nil
-	}
-}
-
 // Server answers the work protocol on a host by running requests on a
 // local worker pool.
 type Server struct {
 	h    host.Host
 	pid  protocol.ID
 	pool *pool.Pool
-	cfg  serverConfig
+	cfg  settings
 
 	// ctx is the parent of every request's context; Close cancels it.
 	ctx    context.Context
@@ -203,24 +79,16 @@ type Server struct {
 
 // NewServer registers the work protocol of network on h, answering with
 // pool. Close unregisters it.
-func NewServer(h host.Host, network string, pool *pool.Pool, opts ...ServerOption) (*Server, error) {
+func NewServer(h host.Host, network string, pool *pool.Pool, opts ...Option) (*Server, error) {
 	if h == nil || pool == nil {
 		return nil, errors.New("new work server: nil host or pool")
 	}
 	if err := checkNetwork(network); err != nil {
 		return nil, fmt.Errorf("new work server: %w", err)
 	}
-	cfg := serverConfig{
-		maxPayload:  workers.DefaultMaxPayload,
-		maxWorkTime: DefaultMaxWorkTime,
-		readTimeout: DefaultRequestReadTimeout,
-		grace:       DefaultGracePeriod,
-		log:         logrus.StandardLogger(),
-	}
-	for _, o := range opts {
-		if err := o(&cfg); err != nil {
-			return nil, fmt.Errorf("new work server: %w", err)
-		}
+	cfg, err := apply(defaults(), opts)
+	if err != nil {
+		return nil, fmt.Errorf("new work server: %w", err)
 	}
 	ctx, cancel := context.WithCancelCause(context.Background())
 	s := &Server{h: h, pid: ProtocolID(network), pool: pool, cfg: cfg, ctx: ctx, cancel: cancel, ackWait: defaultAckWait}

@@ -96,7 +96,7 @@ func newResourceManager(netName string) (network.ResourceManager, error) {
 // swarm, transports, basic host) as libp2p.New would with these options,
 // but without libp2p.New's dependency-injection container: building that
 // graph cost about 3ms of CPU per host, more than half of a node's start,
-// which sits on the path of every join (README, performance). Without
+// which sits on the path of every join (bench/README.md, "Building the host"). Without
 // libp2p.New the event bus also carries no metrics tracer, which
 // libp2p.New attaches even with metrics disabled.
 func newHost(key crypto.PrivKey, netName, version string, listen []ma.Multiaddr, tcpWanted bool) (_ host.Host, err error) {

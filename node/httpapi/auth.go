@@ -5,11 +5,17 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"net/netip"
 	"strings"
+	"sync"
+	"time"
 	"unicode"
+
+	"github.com/sirupsen/logrus"
+	"golang.org/x/time/rate"
 )
 
 // The local API takes work and changes settings: whoever reaches it uses
@@ -19,6 +25,31 @@ import (
 // MinTokenLen is the shortest api-token accepted, in bytes: a token that
 // guards an API reachable from other machines must not be guessable.
 const MinTokenLen = 16
+
+// A token must also be random-looking, not only long: "aaaaaaaaaaaaaaaa"
+// is 16 bytes and no secret. Its characters' empirical entropy (bits per
+// character times its length) and the number of different characters are
+// the measure: a random hex token of 16 characters has about 50 bits and
+// 10 different ones, a random one of 24 or more well above.
+const (
+	minTokenDistinct = 8
+	minTokenBits     = 40
+)
+
+// tokenStrength returns the number of different characters of token and
+// its empirical entropy in bits.
+func tokenStrength(token string) (distinct int, bits float64) {
+	counts := map[rune]int{}
+	for _, r := range token {
+		counts[r]++
+	}
+	n := float64(len(token))
+	for _, c := range counts {
+		p := float64(c) / n
+		bits -= p * math.Log2(p)
+	}
+	return len(counts), bits * n
+}
 
 // ErrExposed means the local API would listen on an address other than
 // loopback without an api-token.
@@ -37,6 +68,10 @@ func CheckExposure(addr, token string) error {
 		}
 		if i := strings.IndexFunc(token, func(r rune) bool { return r > unicode.MaxASCII || !unicode.IsGraphic(r) || unicode.IsSpace(r) }); i >= 0 {
 			return fmt.Errorf("api-token: byte %d is a space, a control or a non-ASCII character; want printable ASCII", i+1)
+		}
+		if distinct, bits := tokenStrength(token); distinct < minTokenDistinct || bits < minTokenBits {
+			return fmt.Errorf("api-token: too easy to guess (%d different characters, about %.0f bits; want at least %d and %d): use a random one, e.g. openssl rand -hex 24",
+				distinct, bits, minTokenDistinct, minTokenBits)
 		}
 	}
 	if addr == "" {
@@ -71,12 +106,16 @@ func isLoopbackHost(host string) bool {
 // Bearer <token>"; others get 401 with a JSON error and a WWW-Authenticate
 // header. The comparison takes the same time whatever the token sent. An
 // empty token requires nothing and returns next as it is: an API without a
-// token is one CheckExposure kept on loopback.
-func RequireToken(token string, next http.Handler) http.Handler {
+// token is one CheckExposure kept on loopback. Refusals are slowed down
+// (failedTokenRate a second, after a burst, for all clients together) and
+// logged to log, at most once per failedTokenLogEvery with their count,
+// so that guessing is slow and seen; a nil log logs nothing.
+func RequireToken(token string, log logrus.FieldLogger, next http.Handler) http.Handler {
 	if token == "" {
 		return next
 	}
 	want := sha256.Sum256([]byte(token))
+	failed := newRefusals(log)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got, ok := bearer(r.Header.Get("Authorization"))
 		// Hashing both sides makes the comparison constant-time in the
@@ -87,12 +126,49 @@ func RequireToken(token string, next http.Handler) http.Handler {
 			if ok {
 				msg = "invalid bearer token"
 			}
+			failed.wait(r)
 			w.Header().Set("WWW-Authenticate", `Bearer realm="workmesh"`)
 			WriteError(w, http.StatusUnauthorized, "", "%s", msg)
 			return
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// How refused tokens are slowed down and logged.
+const (
+	failedTokenRate     = 10 // refusals a second, for all clients together
+	failedTokenBurst    = 20
+	failedTokenLogEvery = 10 * time.Second
+)
+
+// refusals slows down and logs the requests RequireToken refuses.
+type refusals struct {
+	limit *rate.Limiter
+	log   logrus.FieldLogger
+	mu    sync.Mutex
+	n     int       // refused since the last log line
+	last  time.Time // when the last log line was written
+}
+
+func newRefusals(log logrus.FieldLogger) *refusals {
+	return &refusals{limit: rate.NewLimiter(failedTokenRate, failedTokenBurst), log: log}
+}
+
+// wait counts a refusal of r, logs it when a line is due, and holds the
+// answer until the refusal rate allows it (or r's client goes away).
+func (f *refusals) wait(r *http.Request) {
+	if f.log != nil {
+		f.mu.Lock()
+		f.n++
+		if now := time.Now(); now.Sub(f.last) >= failedTokenLogEvery {
+			f.log.WithFields(logrus.Fields{"remote": r.RemoteAddr, "path": r.URL.Path, "refused": f.n}).
+				Warn("api: refused requests without the right token (slowed down)")
+			f.n, f.last = 0, now
+		}
+		f.mu.Unlock()
+	}
+	_ = f.limit.Wait(r.Context())
 }
 
 // bearer returns the token of an Authorization header of the Bearer scheme

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"io"
@@ -8,6 +9,9 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/sirupsen/logrus"
 )
 
 const goodToken = "0123456789abcdef-token"
@@ -33,6 +37,11 @@ func TestCheckExposure(t *testing.T) {
 		{"0.0.0.0:7400", "short", "api-token: 5 bytes, want at least 16"},
 		{"127.0.0.1:7400", "short", "api-token: 5 bytes, want at least 16"},
 		{"0.0.0.0:7400", "0123456789abcdef with space", "api-token: byte 17 is a space"},
+		{"0.0.0.0:7400", "aaaaaaaaaaaaaaaa", "api-token: too easy to guess (1 different characters"},
+		{"0.0.0.0:7400", "abababababababababababab", "api-token: too easy to guess (2 different characters"},
+		{"0.0.0.0:7400", "passwordpassword", "too easy to guess"},
+		{"0.0.0.0:7400", "3f9a1c07e45bd2a8", ""}, // 16 random hex characters
+		{"0.0.0.0:7400", "a-secret-token-of-32-bytes-long!", ""},
 		{"127.0.0.1", "", `api address "127.0.0.1": address 127.0.0.1: missing port in address`},
 	}
 	for _, tt := range tests {
@@ -72,7 +81,7 @@ func serve(h http.Handler, r *http.Request) *httptest.ResponseRecorder {
 
 func TestRequireToken(t *testing.T) {
 	next := &okHandler{}
-	h := RequireToken(goodToken, next)
+	h := RequireToken(goodToken, nil, next)
 	tests := []struct {
 		name, header string
 		code         int
@@ -117,7 +126,7 @@ func TestRequireToken(t *testing.T) {
 	}
 	// No token configured: nothing is required (CheckExposure keeps such
 	// an API on loopback).
-	if RequireToken("", next) != http.Handler(next) {
+	if RequireToken("", nil, next) != http.Handler(next) {
 		t.Error("RequireToken with no token wrapped the handler")
 	}
 }
@@ -148,4 +157,34 @@ func TestLimitBody(t *testing.T) {
 		}
 	}()
 	LimitBody(0, next)
+}
+
+// TestRequireTokenSlowsRefusals: wrong tokens are answered at a bounded
+// rate, after a burst, and the refusals are logged with their count.
+func TestRequireTokenSlowsRefusals(t *testing.T) {
+	var logged bytes.Buffer
+	log := logrus.New()
+	log.SetOutput(&logged)
+	h := RequireToken(goodToken, log, &okHandler{})
+	const n = failedTokenBurst + failedTokenRate // one second's worth beyond the burst
+	start := time.Now()
+	for range n {
+		r := httptest.NewRequest(http.MethodGet, "/v1/info", nil)
+		r.Header.Set("Authorization", "Bearer wrong")
+		if rec := serve(h, r); rec.Code != http.StatusUnauthorized {
+			t.Fatalf("wrong token: %d", rec.Code)
+		}
+	}
+	// A lower bound only: a slow machine takes longer, never shorter.
+	if took := time.Since(start); took < 800*time.Millisecond {
+		t.Errorf("%d refusals took %s, want at least about a second (%d a second after a burst of %d)", n, took, failedTokenRate, failedTokenBurst)
+	}
+	if !strings.Contains(logged.String(), "refused requests without the right token") {
+		t.Errorf("no log line of the refusals: %q", logged.String())
+	}
+	r := httptest.NewRequest(http.MethodGet, "/v1/info", nil)
+	r.Header.Set("Authorization", "Bearer "+goodToken)
+	if rec := serve(h, r); rec.Code != http.StatusOK {
+		t.Errorf("the right token after the refusals: %d", rec.Code)
+	}
 }

@@ -17,13 +17,16 @@ const shutdownTimeout = 2 * time.Second
 
 // Server is the one HTTP server of a process. Packages mount their routes
 // on it with Handle; every request passes, in this order, panic recovery
-// (a panic is a JSON 500), the token check (RequireToken) and the mux,
+// (a panic is a JSON 500), the guard against web pages and non-JSON
+// bodies (Guard), the body's time limit (BodyTimeout), the token check
+// (RequireToken) and the mux,
 // whose answers to an unknown path (404) and to a wrong method (405, with
 // its Allow header) are JSON errors like every other.
 type Server struct {
-	log     *logrus.Logger
-	mux     *http.ServeMux
-	handler http.Handler
+	log         *logrus.Logger
+	mux         *http.ServeMux
+	handler     http.Handler
+	bodyTimeout time.Duration
 
 	srv  *http.Server
 	ln   net.Listener
@@ -32,12 +35,24 @@ type Server struct {
 	err  error
 }
 
+// Option adjusts a Server.
+type Option func(*Server)
+
+// WithBodyTimeout sets how long a client may take to send a request body
+// (default DefaultBodyTimeout).
+func WithBodyTimeout(d time.Duration) Option {
+	return func(s *Server) { s.bodyTimeout = d }
+}
+
 // New returns a server that requires token (none when empty; see
-// CheckExposure) and logs panics and serve errors to log. It does not
-// listen until Start.
-func New(token string, log *logrus.Logger) *Server {
-	s := &Server{log: log, mux: http.NewServeMux()}
-	s.handler = Recover(log, RequireToken(token, http.HandlerFunc(s.route)))
+// CheckExposure) and logs panics, serve errors and refused tokens to log.
+// It does not listen until Start.
+func New(token string, log *logrus.Logger, opts ...Option) *Server {
+	s := &Server{log: log, mux: http.NewServeMux(), bodyTimeout: DefaultBodyTimeout}
+	for _, o := range opts {
+		o(s)
+	}
+	s.handler = Recover(log, Guard(token, BodyTimeout(s.bodyTimeout, RequireToken(token, log, http.HandlerFunc(s.route)))))
 	return s
 }
 

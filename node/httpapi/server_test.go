@@ -3,11 +3,14 @@ package httpapi
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sirupsen/logrus"
 )
@@ -16,6 +19,19 @@ func quietLogger() *logrus.Logger {
 	l := logrus.New()
 	l.SetOutput(io.Discard)
 	return l
+}
+
+// localRequest is a request as a client on the node's machine sends it:
+// to 127.0.0.1, with a JSON body when body is not empty.
+func localRequest(method, path, body string) *http.Request {
+	r := httptest.NewRequest(method, path, strings.NewReader(body))
+	r.Host = "127.0.0.1:7400"
+	if body != "" {
+		r.Header.Set("Content-Type", "application/json")
+	} else {
+		r.Body, r.ContentLength = http.NoBody, 0
+	}
+	return r
 }
 
 // testServer mounts a GET route, a POST route and a route that panics.
@@ -59,7 +75,7 @@ func TestServerAnswers(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := httptest.NewRequest(tt.method, tt.path, nil)
+			r := localRequest(tt.method, tt.path, "")
 			if tt.bearer != "" {
 				r.Header.Set("Authorization", "Bearer "+tt.bearer)
 			}
@@ -87,7 +103,7 @@ func TestServerAnswers(t *testing.T) {
 
 // The mux's redirect to a clean path is not an error and passes through.
 func TestServerRedirectPassesThrough(t *testing.T) {
-	rec := serve(testServer(t, ""), httptest.NewRequest("GET", "/v1/../v1/info", nil))
+	rec := serve(testServer(t, ""), localRequest("GET", "/v1/../v1/info", ""))
 	if rec.Code/100 != 3 || rec.Header().Get("Location") != "/v1/info" {
 		t.Errorf("%d, Location %q; want a redirect to /v1/info", rec.Code, rec.Header().Get("Location"))
 	}
@@ -141,4 +157,115 @@ func TestRecoverPassesAbort(t *testing.T) {
 		}
 	}()
 	serve(h, httptest.NewRequest("GET", "/", nil))
+}
+
+// TestServerGuard: what a web page could make the API do is refused: a
+// request with an Origin, one a browser marks as cross-site, a Host that
+// is a name (DNS rebinding) when there is no token, a body that is not
+// JSON; the same request as the CLI sends it is served.
+func TestServerGuard(t *testing.T) {
+	tests := []struct {
+		name  string
+		token string
+		edit  func(*http.Request)
+		code  int
+		want  string
+	}{
+		{"as the CLI sends it", "", func(*http.Request) {}, 400, "type: required"},
+		{"localhost", "", func(r *http.Request) { r.Host = "localhost:7400" }, 400, "type: required"},
+		{"IPv6 loopback", "", func(r *http.Request) { r.Host = "[::1]:7400" }, 400, "type: required"},
+		{"foreign Origin", "", func(r *http.Request) { r.Header.Set("Origin", "http://198.51.100.7") }, 403, "Origin http://198.51.100.7"},
+		{"null Origin", "", func(r *http.Request) { r.Header.Set("Origin", "null") }, 403, "Origin null"},
+		{"cross-site fetch", "", func(r *http.Request) { r.Header.Set("Sec-Fetch-Site", "cross-site") }, 403, "Sec-Fetch-Site cross-site"},
+		{"rebound name", "", func(r *http.Request) { r.Host = "evil.example:7400" }, 403, `Host "evil.example:7400"`},
+		{"a name, with a token", goodToken, func(r *http.Request) {
+			r.Host = "api.internal:7400"
+			r.Header.Set("Authorization", "Bearer "+goodToken)
+		}, 400, "type: required"},
+		{"text/plain body", "", func(r *http.Request) { r.Header.Set("Content-Type", "text/plain") }, 415, `Content-Type "text/plain"`},
+		{"form body", "", func(r *http.Request) { r.Header.Set("Content-Type", "application/x-www-form-urlencoded") }, 415, "application/json"},
+		{"no content type", "", func(r *http.Request) { r.Header.Del("Content-Type") }, 415, `Content-Type ""`},
+		{"JSON with a charset", "", func(r *http.Request) { r.Header.Set("Content-Type", "application/json; charset=utf-8") }, 400, "type: required"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := localRequest("POST", "/v1/work", `{"type":"echo"}`)
+			tt.edit(r)
+			rec := serve(testServer(t, tt.token), r)
+			var e ErrorBody
+			if err := json.Unmarshal(rec.Body.Bytes(), &e); err != nil || rec.Code != tt.code || !strings.Contains(e.Error, tt.want) {
+				t.Errorf("%d %q, want %d naming %q", rec.Code, rec.Body, tt.code, tt.want)
+			}
+		})
+	}
+}
+
+// TestServerBodyTimeout: a body trickled slower than the body timeout is
+// cut when the timeout passes; a handler that works longer than the
+// timeout after reading its body is not.
+func TestServerBodyTimeout(t *testing.T) {
+	s := New("", quietLogger(), WithBodyTimeout(300*time.Millisecond))
+	read := make(chan error, 1)
+	if err := s.Handle("POST /v1/work", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, err := io.ReadAll(r.Body)
+		read <- err
+		if err != nil {
+			WriteError(w, http.StatusRequestTimeout, "", "body: %v", err)
+			return
+		}
+		time.Sleep(500 * time.Millisecond) // work that outlasts the body timeout
+		_ = WriteJSON(w, http.StatusOK, map[string]bool{"done": true})
+	})); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+
+	// A trickle: the headers, then a byte at a time.
+	conn, err := net.Dial("tcp", s.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "POST /v1/work HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n")
+	start := time.Now()
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		for range 50 {
+			select {
+			case <-stop:
+				return
+			case <-time.After(100 * time.Millisecond):
+				if _, err := conn.Write([]byte("{")); err != nil {
+					return
+				}
+			}
+		}
+	}()
+	select {
+	case err := <-read:
+		t.Logf("read: %v after %s", err, time.Since(start))
+		if err == nil {
+			t.Fatal("the trickled body was read to its end")
+		}
+		if took := time.Since(start); took > 3*time.Second {
+			t.Errorf("the trickled body was cut after %s, want about the 300ms timeout", took)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the trickled body was never cut")
+	}
+
+	// A body sent at once, then work longer than the timeout: served.
+	resp, err := http.Post("http://"+s.Addr()+"/v1/work", "application/json", strings.NewReader(`{"type":"echo"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		t.Errorf("work after its body: %d %s, want 200", resp.StatusCode, b)
+	}
 }

@@ -107,14 +107,39 @@ func apiGet(ctx context.Context, api, path string, out any) error {
 	return nil
 }
 
-// checkOutput refuses an --output value that is not one of allowed.
-func checkOutput(output string, allowed ...string) error {
-	for _, a := range allowed {
-		if output == a {
-			return nil
-		}
+// Output formats of --output, the same set on every command that prints
+// data. text is the human form (a table where the data is a list); table
+// is accepted as its synonym, so `-o table` and `-o text` are one format.
+const (
+	outputText = "text"
+	outputJSON = "json"
+	outputYAML = "yaml"
+	// outputTable is the synonym of outputText.
+	outputTable = "table"
+)
+
+// outputFormats are the values --output completes to.
+var outputFormats = []string{outputText, outputTable, outputJSON, outputYAML}
+
+// addOutputFlag registers --output (-o) on cmd with the given default
+// (text or table, as the command always had it), and its completion.
+func addOutputFlag(cmd *cobra.Command, output *string, def string) {
+	cmd.Flags().StringVarP(output, "output", "o", def, "output format: text (or its synonym table), json or yaml")
+	cmd.RegisterFlagCompletionFunc("output", completeOutputs(outputFormats...))
+}
+
+// checkOutput refuses an --output value outside the common set and turns
+// the synonym table into text, so that a command compares with outputText
+// only.
+func checkOutput(output *string) error {
+	switch *output {
+	case outputText, outputJSON, outputYAML:
+		return nil
+	case outputTable:
+		*output = outputText
+		return nil
 	}
-	return usageError{fmt.Errorf("--output %q: want %s", output, strings.Join(allowed, ", "))}
+	return usageError{fmt.Errorf("--output %q: want text (or table), json or yaml", *output)}
 }
 
 // writeData writes v as indented JSON or as YAML with the same keys (the

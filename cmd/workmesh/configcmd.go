@@ -112,7 +112,7 @@ func newConfigPrintCommand() *cobra.Command {
 		Args:        cobra.NoArgs,
 		Annotations: map[string]string{loadsSettings: "true"},
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOutput(output, "table", "json", "yaml"); err != nil {
+			if err := checkOutput(&output); err != nil {
 				return err
 			}
 			settings, err := config.Explain(settingsOptions(cmd, configFile))
@@ -126,7 +126,7 @@ func newConfigPrintCommand() *cobra.Command {
 					out[i].Value = hiddenValue
 				}
 			}
-			if output != "table" {
+			if output != outputText {
 				return writeData(cmd.OutOrStdout(), output, out)
 			}
 			return printSettings(cmd.OutOrStdout(), out)
@@ -134,8 +134,7 @@ func newConfigPrintCommand() *cobra.Command {
 	}
 	config.BindFlags(cmd.Flags())
 	cmd.Flags().StringVar(&configFile, "config", "", "YAML file with settings, as for `node start`")
-	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table, json or yaml")
-	cmd.RegisterFlagCompletionFunc("output", completeOutputs("table", "json", "yaml"))
+	addOutputFlag(cmd, &output, outputTable)
 	cmd.MarkFlagFilename("config", "yaml", "yml")
 	return cmd
 }

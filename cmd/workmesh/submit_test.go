@@ -155,7 +155,7 @@ func TestSubmitUsageErrors(t *testing.T) {
 		{"no type", []string{"--payload", "x"}, "--type is required"},
 		{"two payloads", []string{"--type", "echo", "--payload", "x", "--payload-file", "y"}, "not both"},
 		{"missing file", []string{"--type", "echo", "--payload-file", filepath.Join(t.TempDir(), "nope")}, "--payload-file"},
-		{"bad output", []string{"--type", "echo", "--payload", "x", "--output", "yaml"}, "--output"},
+		{"bad output", []string{"--type", "echo", "--payload", "x", "--output", "xml"}, "--output"},
 		{"bad timeout", []string{"--type", "echo", "--payload", "x", "--timeout", "soon"}, "timeout"},
 		{"unknown flag", []string{"--type", "echo", "--colour"}, "colour"},
 		{"refused by the API", []string{"--type", "bad type", "--payload", "x"}, "type: "},

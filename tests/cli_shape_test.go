@@ -2,11 +2,16 @@ package tests
 
 import (
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/workmesh/workmesh/tests/testkit"
 )
 
 // shapeCommands are the commands that print data, each with the arguments
@@ -80,4 +85,83 @@ func completions(out string) []string {
 		got = append(got, strings.SplitN(line, "\t", 2)[0])
 	}
 	return got
+}
+
+// TestCLI_ErrorsReadable runs a gateway and two workers as a user would:
+// one drops every request (its stream is reset, as when a worker dies
+// mid-request), the other stops without draining, so that its record still
+// offers its work type but nothing answers at its address. The attempts'
+// errors read "connection lost" and "unreachable: <cause>", in the JSON
+// answer and in submit's summary line, with no transport internals.
+func TestCLI_ErrorsReadable(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	bin := buildBinary(t)
+	// Polling off: the stopped worker stays a candidate, so that its
+	// attempt is the dial that fails.
+	a := startNodeProcess(t, bin, "--work-types", "echo", "--poll-interval", "0", "--poll-success-threshold", "0", "--connect-timeout", "500ms")
+	dropper := startNodeProcess(t, bin, "--work-types", "sleep", "--bootstrap", a.join, "--fault-drop-rate", "1")
+	gone := startNodeProcess(t, bin, "--work-types", "sha256", "--bootstrap", a.join, "--drain-timeout", "0")
+	testkit.WaitFor(t, 15*time.Second, "sha256 served by the second worker", func() error {
+		r := runCLI(t, bin, nil, "submit", "--api", a.api, "--type", "sha256", "--payload", "hello", "--output", "json")
+		if r.code == 0 && decodeResponse(t, r).Worker == gone.peerID {
+			return nil
+		}
+		return fmt.Errorf("exit %d, %s %s", r.code, r.stdout, r.stderr)
+	})
+	testkit.WaitFor(t, 15*time.Second, "the gateway lists the dropping worker", func() error {
+		ids, err := peersOf(t, bin, a.api)
+		if err != nil || !slices.Contains(ids, dropper.peerID) {
+			return fmt.Errorf("peers %v, %v", ids, err)
+		}
+		return nil
+	})
+
+	internals := []string{"code: 0x", "stream reset", "failed to dial", "transport error", "\n  *"}
+	check := func(what string, args []string, want string) {
+		t.Helper()
+		r := runCLI(t, bin, nil, append([]string{"submit", "--api", a.api, "--output", "json"}, args...)...)
+		resp := decodeResponse(t, r)
+		if len(resp.Attempts) == 0 || resp.Attempts[0].Error != want {
+			t.Errorf("%s: attempts %+v, want the first one's error %q", what, resp.Attempts, want)
+		}
+		text := runCLI(t, bin, nil, append([]string{"submit", "--api", a.api}, args...)...)
+		lines := strings.Split(strings.TrimSpace(text.stderr), "\n")
+		if !strings.Contains(lines[0], "["+want+"]") {
+			t.Errorf("%s: summary line %q lacks [%s]", what, lines[0], want)
+		}
+		for _, bad := range internals {
+			if strings.Contains(r.stdout+text.stderr, bad) {
+				t.Errorf("%s: shows %q:\n%s\n%s", what, bad, r.stdout, text.stderr)
+			}
+		}
+		for _, l := range lines {
+			// "…" starts a short peer ID or ends a clipped error; after a
+			// letter it would mark a word cut in two.
+			for i := strings.Index(l, "…"); i > 0; i = indexFrom(l, "…", i+1) {
+				if c := l[i-1]; c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' {
+					t.Errorf("%s: a word cut in %q", what, l)
+				}
+			}
+		}
+	}
+	check("a dropped request", []string{"--type", "sleep", "--payload", "1ms"}, "connection lost")
+
+	if err := gone.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	<-gone.done
+	check("a worker that stopped", []string{"--type", "sha256", "--payload", "hello"}, "unreachable: no answer within 500ms")
+}
+
+// indexFrom is strings.Index of sub in s from byte from on, or -1.
+func indexFrom(s, sub string, from int) int {
+	if from > len(s) {
+		return -1
+	}
+	if i := strings.Index(s[from:], sub); i >= 0 {
+		return from + i
+	}
+	return -1
 }

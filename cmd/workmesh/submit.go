@@ -387,8 +387,9 @@ func summarize(r apiv1.WorkResponse, name func(string) string) string {
 // maxAttemptError bounds an attempt's error in the summary line.
 const maxAttemptError = 100
 
-// clip shortens s to at most n bytes, marking the cut, without splitting a
-// UTF-8 sequence.
+// clip shortens s to at most n bytes, marking the cut, at the last space
+// before it so that no word is cut in two; a first word longer than half
+// of n is cut at a rune boundary rather than dropped.
 func clip(s string, n int) string {
 	if len(s) <= n {
 		return s
@@ -396,6 +397,9 @@ func clip(s string, n int) string {
 	cut := n
 	for cut > 0 && !utf8.RuneStart(s[cut]) {
 		cut--
+	}
+	if sp := strings.LastIndexByte(s[:cut+1], ' '); sp >= n/2 {
+		return strings.TrimRight(s[:sp], " ,;:") + " …"
 	}
 	return s[:cut] + "…"
 }

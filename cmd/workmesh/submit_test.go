@@ -208,6 +208,8 @@ func TestClip(t *testing.T) {
 		{"exactly", 7, "exactly"},
 		{"truncated", 5, "trunc…"},
 		{"héllo", 2, "h…"}, // é is two bytes: not split
+		{"upstream answered: bad gateway", 24, "upstream answered: bad …"},
+		{"upstream answered, bad gateway", 20, "upstream answered …"}, // no word cut, no dangling comma
 	} {
 		if got := clip(tc.in, tc.n); got != tc.want {
 			t.Errorf("clip(%q, %d) = %q, want %q", tc.in, tc.n, got, tc.want)

@@ -109,7 +109,7 @@ func (m *dispatchMetrics) poll(id string, rtt time.Duration, err error, now time
 	if err == nil {
 		s.rtt, s.ok, s.err = rtt, now, ""
 	} else {
-		s.err = err.Error()
+		s.err = attemptCause(err)
 	}
 	m.lastP[id] = s
 	m.mu.Unlock()

@@ -128,7 +128,7 @@ func (d *Dispatcher) report(id string, ok bool, err error) {
 	}
 	f := d.log.WithFields(logrus.Fields{"peer": peer.ID(id).String(), "from": t.From.String(), "to": t.To.String()})
 	if err != nil {
-		f = f.WithError(err)
+		f = f.WithField(logrus.ErrorKey, attemptCause(err))
 	}
 	f.Info("peer liveness changed")
 }

@@ -148,6 +148,13 @@ func TestCLI_ErrorsReadable(t *testing.T) {
 	}
 	check("a dropped request", []string{"--type", "sleep", "--payload", "1ms"}, "connection lost")
 
+	// A work type nobody serves: the error names what is on offer now,
+	// the peers' types and the gateway's own.
+	r := runCLI(t, bin, nil, "submit", "--api", a.api, "--type", "blake3", "--payload", "x")
+	if want := "on offer: echo, sha256, sleep"; r.code != 2 || !strings.Contains(r.stderr, want) {
+		t.Errorf("unknown work type: exit %d, stderr %q; want 2 saying %q", r.code, r.stderr, want)
+	}
+
 	if err := gone.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}

@@ -172,3 +172,74 @@ func indexFrom(s, sub string, from int) int {
 	}
 	return -1
 }
+
+// TestCLI_PeerLeft stops a worker gracefully (SIGTERM: it withdraws its
+// work types, drains, stops) and reads the gateway: `workmesh peers` shows
+// it as left, in the table and in JSON, and the gateway's log says "peer
+// left" rather than a liveness failure, even once its polls have marked it
+// unreachable.
+func TestCLI_PeerLeft(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	bin := buildBinary(t)
+	a := startNodeProcess(t, bin, "--work-types", "echo", "--poll-interval", "250ms", "--poll-failure-threshold", "1")
+	b := startNodeProcess(t, bin, "--work-types", "sleep", "--bootstrap", a.join)
+	testkit.WaitFor(t, 15*time.Second, "the gateway lists the worker", func() error {
+		ids, err := peersOf(t, bin, a.api)
+		if err != nil || !slices.Contains(ids, b.peerID) {
+			return fmt.Errorf("peers %v, %v", ids, err)
+		}
+		return nil
+	})
+	if err := b.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	<-b.done
+	state := func() string {
+		r := runCLI(t, bin, nil, "peers", "--api", a.api, "--output", "json")
+		var peers []struct {
+			ID    string `json:"id"`
+			State string `json:"state"`
+		}
+		if err := json.Unmarshal([]byte(r.stdout), &peers); err != nil {
+			return fmt.Sprintf("exit %d, %q: %v", r.code, r.stdout, err)
+		}
+		for _, p := range peers {
+			if p.ID == b.peerID {
+				return p.State
+			}
+		}
+		return "not listed"
+	}
+	testkit.WaitFor(t, 10*time.Second, "the worker shown as left", func() error {
+		if s := state(); s != "left" {
+			return fmt.Errorf("state %s", s)
+		}
+		return nil
+	})
+	// Its polls fail from now on: liveness marks it unreachable, and it
+	// still reads left.
+	testkit.WaitFor(t, 10*time.Second, "liveness marks the worker unreachable", func() error {
+		if v, _ := testkit.MetricValue(scrape(t, a.api), "workmesh_liveness_transitions_total", map[string]string{"to": "unreachable"}); v < 1 {
+			return fmt.Errorf("%v transitions to unreachable", v)
+		}
+		return nil
+	})
+	if s := state(); s != "left" {
+		t.Errorf("once unreachable by liveness, the worker reads %s, want left", s)
+	}
+	table := runCLI(t, bin, nil, "peers", "--api", a.api)
+	if !strings.Contains(table.stdout, "1 peer: 1 left") || !strings.Contains(table.stdout, short(b.peerID)+"  left") {
+		t.Errorf("peers table:\n%s\nwant the worker left", table.stdout)
+	}
+	log := a.stderr.String()
+	if !strings.Contains(log, "peer left") {
+		t.Errorf("the gateway's log lacks \"peer left\":\n%s", log)
+	}
+	for _, l := range strings.Split(log, "\n") {
+		if strings.Contains(l, "level=info") && strings.Contains(l, "peer liveness changed") && strings.Contains(l, b.peerID) {
+			t.Errorf("the gateway logs a liveness failure for a peer that left: %s", l)
+		}
+	}
+}

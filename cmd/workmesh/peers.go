@@ -42,7 +42,7 @@ func newPeersCommand() *cobra.Command {
 		Use:   "peers",
 		Short: "List the peers a running node knows, as its dispatcher sees them",
 		Long: "peers asks a running node's local API for every fresh peer: its liveness state (alive, unreachable,\n" +
-			"probing), its rating score for each work type (\"unrated\" while it has too few samples and is\n" +
+			"probing; left for a peer that stopped gracefully: it withdrew its work types and disconnected), its rating score for each work type (\"unrated\" while it has too few samples and is\n" +
 			"explored), labels, work types with their heads (type@head), load (running+queued/capacity), the\n" +
 			"round-trip time of the node's last good health poll of it (\"-\" before one), and when its record was\n" +
 			"last refreshed. --watch redraws the table every --interval until Ctrl-C; --output json or yaml\n" +
@@ -178,7 +178,7 @@ func printPeerTable(w io.Writer, peers []apiv1.PeerStatus, workType string, wide
 		states[stateOf(p)]++
 	}
 	var parts []string
-	for _, s := range []string{"alive", "probing", "unreachable", "unknown"} {
+	for _, s := range []string{"alive", "probing", "unreachable", apiv1.StateLeft, "unknown"} {
 		if states[s] > 0 {
 			parts = append(parts, fmt.Sprintf("%d %s", states[s], s))
 		}

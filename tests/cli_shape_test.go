@@ -3,6 +3,7 @@ package tests
 import (
 	"encoding/json"
 	"fmt"
+	"os/exec"
 	"slices"
 	"strings"
 	"syscall"
@@ -240,6 +241,99 @@ func TestCLI_PeerLeft(t *testing.T) {
 	for _, l := range strings.Split(log, "\n") {
 		if strings.Contains(l, "level=info") && strings.Contains(l, "peer liveness changed") && strings.Contains(l, b.peerID) {
 			t.Errorf("the gateway logs a liveness failure for a peer that left: %s", l)
+		}
+	}
+}
+
+// TestCLI_JSONLogs runs a gateway and a worker with --log-format json at
+// debug, sends work through them and stops the worker: stdout stays empty,
+// every stderr line is a JSON object, the startup facts come as a "ready"
+// line with fields, and every duration is a number of milliseconds in a
+// field named *_ms (none is a time.Duration's nanoseconds).
+func TestCLI_JSONLogs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	bin := buildBinary(t)
+	a := startNodeProcess(t, bin, "--work-types", "echo")
+	cmd := exec.Command(bin, "node", "start", "--listen", loopbackQUIC, "--api", "127.0.0.1:0", "--data-dir", t.TempDir(),
+		"--log-level", "debug", "--log-format", "json", "--work-types", "sha256", "--bootstrap", a.join, "--drain-timeout", "2s")
+	cmd.Env = cliEnv(t, nil)
+	var stdout, stderr syncBuffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+			<-done
+		}
+	})
+	lines := func() []map[string]any {
+		var out []map[string]any
+		for _, l := range strings.Split(strings.TrimSpace(stderr.String()), "\n") {
+			if l == "" {
+				continue
+			}
+			var m map[string]any
+			if err := json.Unmarshal([]byte(l), &m); err != nil {
+				t.Fatalf("a stderr line is not JSON: %q", l)
+			}
+			out = append(out, m)
+		}
+		return out
+	}
+	var ready map[string]any
+	testkit.WaitFor(t, 15*time.Second, "the worker's ready line", func() error {
+		for _, m := range lines() {
+			if m["msg"] == "ready" {
+				ready = m
+				return nil
+			}
+		}
+		return fmt.Errorf("no ready line yet")
+	})
+	id, _ := ready["peer_id"].(string)
+	if id == "" || !strings.Contains(fmt.Sprint(ready["join"]), "--bootstrap ") || ready["api"] == "" || ready["listen"] == nil {
+		t.Errorf("ready line %v: want peer_id, listen, join and api", ready)
+	}
+	testkit.WaitFor(t, 15*time.Second, "sha256 served by the worker", func() error {
+		r := runCLI(t, bin, nil, "submit", "--api", a.api, "--type", "sha256", "--payload", "hello", "--output", "json")
+		if r.code == 0 && decodeResponse(t, r).Worker == id {
+			return nil
+		}
+		return fmt.Errorf("exit %d, %s %s", r.code, r.stdout, r.stderr)
+	})
+	// Its own API dispatches too: request and attempt lines.
+	runCLI(t, bin, nil, "submit", "--api", ready["api"].(string), "--type", "echo", "--payload", "x")
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	if stdout.String() != "" {
+		t.Errorf("stdout with --log-format json: %q, want nothing", stdout.String())
+	}
+	seen := map[string]bool{}
+	for _, m := range lines() {
+		for k, v := range m {
+			switch k {
+			case "duration", "took", "drain_timeout", "elapsed", "rtt":
+				t.Errorf("line %v: field %s, want %s_ms", m, k, k)
+			}
+			if strings.HasSuffix(k, "_ms") {
+				seen[k] = true
+				if _, ok := v.(float64); !ok {
+					t.Errorf("line %v: %s is %T, want a number of milliseconds", m, k, v)
+				}
+			}
+		}
+	}
+	for _, k := range []string{"duration_ms", "drain_timeout_ms", "took_ms"} {
+		if !seen[k] {
+			t.Errorf("no line has %s; log:\n%s", k, stderr.String())
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sirupsen/logrus"
 	"github.com/spf13/cobra"
 
 	"github.com/workmesh/workmesh/config"
@@ -78,7 +79,11 @@ func newNodeStartCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			printStartup(cmd.OutOrStdout(), s.node)
+			if cfg.Node.LogFormat == "json" {
+				logStartup(log, s.node)
+			} else {
+				printStartup(cmd.OutOrStdout(), s.node)
+			}
 
 			<-ctx.Done()
 			// From here a second SIGINT or SIGTERM ends the process at
@@ -92,6 +97,19 @@ func newNodeStartCommand() *cobra.Command {
 	config.BindFlags(cmd.Flags())
 	cmd.Flags().StringVar(&configFile, "config", "", "YAML file with settings (flags and WORKMESH_* variables override it)")
 	return cmd
+}
+
+// logStartup is printStartup for --log-format json, where stdout stays
+// empty: one JSON log line on stderr, "ready", with the same facts as
+// fields (peer_id, listen, join, api).
+func logStartup(log *logrus.Logger, n *node.Node) {
+	addrs := make([]string, 0, len(n.Addrs()))
+	for _, a := range n.Addrs() {
+		addrs = append(addrs, a.String())
+	}
+	log.WithFields(logrus.Fields{
+		"peer_id": n.ID().String(), "listen": addrs, "join": n.JoinCommand(), "api": n.APIAddr(),
+	}).Info("ready")
 }
 
 // printStartup prints who the node is, where it listens, the command

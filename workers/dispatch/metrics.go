@@ -186,7 +186,7 @@ func (d *Dispatcher) observe(req WorkRequest, res WorkResult, plan *selection.Pl
 	}
 	f := d.log.WithFields(logrus.Fields{
 		"request_id": req.ID, "work_type": req.Type, "peer": worker, "status": string(res.Status),
-		"attempts": len(res.Attempts), "duration": res.Duration,
+		"attempts": len(res.Attempts), "duration_ms": apiv1.Millis(res.Duration),
 	})
 	if d.debug {
 		for _, a := range res.Attempts {

@@ -3,7 +3,9 @@ package tests
 import (
 	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -335,5 +337,90 @@ func TestCLI_JSONLogs(t *testing.T) {
 		if !seen[k] {
 			t.Errorf("no line has %s; log:\n%s", k, stderr.String())
 		}
+	}
+}
+
+// TestCLI_VersionTokenCompletion checks `workmesh --version`, the API token
+// read from a file by node start and by the client commands, and that
+// completion offers the work types of the network the node is in and the
+// values of the enum settings.
+func TestCLI_VersionTokenCompletion(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	bin := buildBinary(t)
+	flag, cmd := runCLI(t, bin, nil, "--version"), runCLI(t, bin, nil, "version")
+	if flag.code != 0 || flag.stdout != cmd.stdout || !strings.HasPrefix(flag.stdout, "workmesh ") {
+		t.Errorf("--version: exit %d, %q; version: %q", flag.code, flag.stdout, cmd.stdout)
+	}
+
+	dir := t.TempDir()
+	tokenFile := filepath.Join(dir, "token")
+	if err := os.WriteFile(tokenFile, []byte("s3cret-token-0123456789\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	open := filepath.Join(dir, "open-token")
+	if err := os.WriteFile(open, []byte("s3cret-token-0123456789\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r := runCLI(t, bin, nil, "node", "start", "--api-token-file", open, "--data-dir", t.TempDir()); r.code != 2 || !strings.Contains(r.stderr, "chmod 600") {
+		t.Errorf("node start with a token file others can read: exit %d, stderr %q; want 2 saying chmod 600", r.code, r.stderr)
+	}
+	n := startNodeProcess(t, bin, "--work-types", "sleep", "--api-token-file", tokenFile)
+	submit := []string{"submit", "--api", n.api, "--type", "sleep", "--payload", "1ms"}
+	if r := runCLI(t, bin, nil, submit...); r.code != 2 || !strings.Contains(r.stderr, "401") {
+		t.Errorf("submit without the token: exit %d, stderr %q; want 2, refused", r.code, r.stderr)
+	}
+	if r := runCLI(t, bin, nil, append(submit, "--api-token-file", tokenFile)...); r.code != 0 || r.stdout != "slept 1ms\n" {
+		t.Errorf("submit --api-token-file: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	if r := runCLIEnv(t, bin, []string{"WORKMESH_API_TOKEN=s3cret-token-0123456789"}, submit...); r.code != 0 {
+		t.Errorf("submit with WORKMESH_API_TOKEN: exit %d, stderr %q", r.code, r.stderr)
+	}
+	for _, c := range [][]string{{"status"}, {"peers"}, {"plan", "--type", "sleep"}} {
+		if r := runCLI(t, bin, nil, append(c, "--api", n.api, "--api-token-file", tokenFile)...); r.code != 0 {
+			t.Errorf("%s --api-token-file: exit %d, stderr %q", c[0], r.code, r.stderr)
+		}
+	}
+	if r := runCLI(t, bin, nil, append(submit, "--api-token-file", open)...); r.code != 2 || !strings.Contains(r.stderr, "chmod 600") {
+		t.Errorf("submit with a token file others can read: exit %d, stderr %q", r.code, r.stderr)
+	}
+
+	// Completion: the node's own types and its peer's, with the token.
+	startNodeProcess(t, bin, "--work-types", "sha256", "--bootstrap", n.join)
+	testkit.WaitFor(t, 15*time.Second, "completion offers the peer's work type", func() error {
+		r := runCLI(t, bin, nil, "__complete", "submit", "--api", n.api, "--api-token-file", tokenFile, "--type", "")
+		if got := completions(r.stdout); !slices.Equal(got, []string{"sha256", "sleep"}) {
+			return fmt.Errorf("completes to %q", got)
+		}
+		return nil
+	})
+	for _, c := range [][]string{{"plan"}, {"peers"}} {
+		r := runCLIEnv(t, bin, []string{"WORKMESH_API=" + n.api, "WORKMESH_API_TOKEN=s3cret-token-0123456789"}, append(append([]string{"__complete"}, c...), "--type", "")...)
+		if got := completions(r.stdout); !slices.Equal(got, []string{"sha256", "sleep"}) {
+			t.Errorf("%s --type completes to %q with WORKMESH_API", c[0], got)
+		}
+	}
+	// No node at --api: the built-in types.
+	r := runCLI(t, bin, nil, "__complete", "submit", "--api", freeLoopbackAddr(t), "--type", "")
+	if got := completions(r.stdout); !slices.Equal(got, []string{"echo", "sha256", "sleep"}) {
+		t.Errorf("--type without a node completes to %q, want the built-in types", got)
+	}
+	for flag, want := range map[string][]string{
+		"--selection-mode":   {"rating", "round-robin", "random"},
+		"--accept-work-from": {"any", "allowlist"},
+		"--log-level":        {"trace", "debug", "info", "warn", "error"},
+		"--log-format":       {"text", "json"},
+	} {
+		for _, c := range [][]string{{"node", "start"}, {"config", "print"}, {"config", "validate"}} {
+			r := runCLI(t, bin, nil, append(append([]string{"__complete"}, c...), flag, "")...)
+			if got := completions(r.stdout); !slices.Equal(got, want) {
+				t.Errorf("%s %s completes to %q, want %q", strings.Join(c, " "), flag, got, want)
+			}
+		}
+	}
+	r = runCLI(t, bin, nil, "__complete", "node", "start", "--work-types", "")
+	if got := completions(r.stdout); !slices.Contains(got, "http") || !slices.Contains(got, "sha256") {
+		t.Errorf("node start --work-types completes to %q, want every work type of the binary", got)
 	}
 }

@@ -86,6 +86,7 @@ func newConfigValidateCommand() *cobra.Command {
 		},
 	}
 	config.BindFlags(cmd.Flags())
+	registerSettingCompletions(cmd)
 	cmd.Flags().StringVar(&configFile, "config", "", "YAML file with settings, as for `node start`")
 	cmd.MarkFlagFilename("config", "yaml", "yml")
 	return cmd
@@ -133,6 +134,7 @@ func newConfigPrintCommand() *cobra.Command {
 		},
 	}
 	config.BindFlags(cmd.Flags())
+	registerSettingCompletions(cmd)
 	cmd.Flags().StringVar(&configFile, "config", "", "YAML file with settings, as for `node start`")
 	addOutputFlag(cmd, &output, outputTable)
 	cmd.MarkFlagFilename("config", "yaml", "yml")

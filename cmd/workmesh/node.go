@@ -53,6 +53,12 @@ func newNodeStartCommand() *cobra.Command {
 			if err != nil {
 				return configError(err)
 			}
+			if tok := tokenFrom(cmd.Context()); tok != "" {
+				if cfg.Access.APIToken != "" {
+					return usageError{fmt.Errorf("--%s and the api-token setting: give one, not both", tokenFileFlag)}
+				}
+				cfg.Access.APIToken = tok
+			}
 			// Checked here, before anything starts, so that a typo in a
 			// bootstrap address is a usage error naming it.
 			if _, err := node.ParseBootstrap(cfg.Node.Bootstrap); err != nil {
@@ -95,7 +101,9 @@ func newNodeStartCommand() *cobra.Command {
 		},
 	}
 	config.BindFlags(cmd.Flags())
+	registerSettingCompletions(cmd)
 	cmd.Flags().StringVar(&configFile, "config", "", "YAML file with settings (flags and WORKMESH_* variables override it)")
+	addTokenFileFlag(cmd, "the bearer token the local API requires (instead of the api-token setting)")
 	return cmd
 }
 

@@ -55,10 +55,15 @@ func newRootCommand() *cobra.Command {
 			"them; the node's API address is WORKMESH_NODE_API). The client commands talk to the API at\n" +
 			"WORKMESH_API with the token WORKMESH_API_TOKEN. Every command refuses any other WORKMESH_*\n" +
 			"variable, naming it, with exit code 2.",
-		Version:           version,
-		SilenceUsage:      true,
-		SilenceErrors:     true,
-		PersistentPreRunE: checkEnviron,
+		Version:       version,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkEnviron(cmd, args); err != nil {
+				return err
+			}
+			return loadTokenFile(cmd)
+		},
 	}
 	// `workmesh --version` prints the same line as `workmesh version`.
 	root.SetVersionTemplate(versionLine() + "\n")

@@ -114,6 +114,7 @@ func newSubmitCommand() *cobra.Command {
 	f.IntVarP(&o.concurrency, "concurrency", "c", 4, fmt.Sprintf("batch: requests at once (1 to %d)", maxBatchConcurrency))
 	f.StringVar(&o.progress, "progress", "auto", "batch progress on stderr: auto (a bar on a terminal, lines otherwise), bar, lines or off")
 	addOutputFlag(cmd, &o.output, outputText)
+	addTokenFileFlag(cmd, "the bearer token to send the node's API (instead of env "+apiTokenEnv+")")
 	cmd.RegisterFlagCompletionFunc("progress", completeOutputs("auto", "bar", "lines", "off"))
 	cmd.RegisterFlagCompletionFunc("type", completeWorkTypes)
 	cmd.MarkFlagFilename("file", "jsonl", "json", "ndjson")

@@ -363,7 +363,7 @@ func TestCLI_VersionTokenCompletion(t *testing.T) {
 	if err := os.WriteFile(open, []byte("s3cret-token-0123456789\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if r := runCLI(t, bin, nil, "node", "start", "--api-token-file", open, "--data-dir", t.TempDir()); r.code != 2 || !strings.Contains(r.stderr, "chmod 600") {
+	if r := runCLI(t, bin, nil, "node", "start", "--listen", loopbackQUIC, "--api", "127.0.0.1:0", "--api-token-file", open, "--data-dir", t.TempDir()); r.code != 2 || !strings.Contains(r.stderr, "chmod 600") {
 		t.Errorf("node start with a token file others can read: exit %d, stderr %q; want 2 saying chmod 600", r.code, r.stderr)
 	}
 	n := startNodeProcess(t, bin, "--work-types", "sleep", "--api-token-file", tokenFile)
@@ -422,5 +422,76 @@ func TestCLI_VersionTokenCompletion(t *testing.T) {
 	r = runCLI(t, bin, nil, "__complete", "node", "start", "--work-types", "")
 	if got := completions(r.stdout); !slices.Contains(got, "http") || !slices.Contains(got, "sha256") {
 		t.Errorf("node start --work-types completes to %q, want every work type of the binary", got)
+	}
+}
+
+// TestCLI_NodeStartHelpGrouped reads `node start --help` as a new operator
+// would: its flags stand under headed groups in a fixed order, each flag
+// once and in its topic, and the jargon is explained in plain words.
+func TestCLI_NodeStartHelpGrouped(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	bin := buildBinary(t)
+	r := runCLI(t, bin, nil, "node", "start", "--help")
+	if r.code != 0 {
+		t.Fatalf("exit %d, %s", r.code, r.stderr)
+	}
+	headings := []string{"Node:", "Network:", "API:", "Work:", "Selection:", "Liveness:", "Access:", "Faults:", "Work type http:", "Work type jsonrpc:", "Other flags:"}
+	groupOf := map[string]string{}
+	heading, seen := "", []string{}
+	for _, l := range strings.Split(r.stdout, "\n") {
+		for _, h := range headings {
+			if strings.HasPrefix(l, h) {
+				heading = h
+				seen = append(seen, h)
+			}
+		}
+		f := strings.Fields(l)
+		if heading == "" || len(f) == 0 {
+			continue
+		}
+		name := f[0]
+		if name == "-h," && len(f) > 1 {
+			name = f[1]
+		}
+		if strings.HasPrefix(name, "--") {
+			if g, dup := groupOf[name]; dup {
+				t.Errorf("%s stands under %s and %s", name, g, heading)
+			}
+			groupOf[name] = heading
+		}
+	}
+	if !slices.Equal(seen, headings) {
+		t.Errorf("headings %q, want %q", seen, headings)
+	}
+	for flag, want := range map[string]string{
+		"--network": "Network:", "--bootstrap": "Network:", "--api": "API:", "--data-dir": "Node:", "--config": "Node:",
+		"--hedge-delay": "Work:", "--max-spawn-attempts": "Work:", "--selection-mode": "Selection:",
+		"--label-balancing-order": "Selection:", "--poll-interval": "Liveness:", "--accept-work-from": "Access:",
+		"--api-token": "Access:", "--api-token-file": "Access:", "--fault-drop-rate": "Faults:",
+		"--http-allow": "Work type http:", "--jsonrpc-upstream": "Work type jsonrpc:", "--help": "Other flags:",
+	} {
+		if groupOf[flag] != want {
+			t.Errorf("%s stands under %q, want %q", flag, groupOf[flag], want)
+		}
+	}
+	// Every setting is there: config print lists them all.
+	cp := runCLI(t, bin, nil, "config", "print", "--output", "json")
+	var settings []struct {
+		Key string `json:"key"`
+	}
+	if err := json.Unmarshal([]byte(cp.stdout), &settings); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range settings {
+		if flag := "--" + strings.ReplaceAll(s.Key, ".", "-"); groupOf[flag] == "" {
+			t.Errorf("setting %s: %s is in no group of the help", s.Key, flag)
+		}
+	}
+	for _, plain := range []string{"a hedge is a second copy of a request", "a spawn attempt is one", "a head is the newest"} {
+		if !strings.Contains(strings.Join(strings.Fields(r.stdout), " "), plain) {
+			t.Errorf("the help does not explain %q", plain)
+		}
 	}
 }

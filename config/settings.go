@@ -32,9 +32,9 @@ var help = map[string]string{
 	"drain-timeout":     "on SIGINT or SIGTERM, how long node start waits for work in progress after withdrawing its work types; 0 stops at once",
 
 	"worker-timeout":          "upper bound on one remote attempt, from sending the request to its result; a request with a longer timeout of its own lifts it",
-	"worker-response-timeout": "upper bound on the wait for a remote worker to accept a request; at most worker-timeout",
+	"worker-response-timeout": "upper bound on the wait for a remote worker to accept a request (say it took it on), before it is given up and the next one tried; at most worker-timeout",
 	"max-retries":             "maximum attempts after the first one, per request",
-	"max-spawn-attempts":      "maximum times the local worker is asked to take a request while it answers busy",
+	"max-spawn-attempts":      "how many times a request is offered to this node's own worker while it answers busy (all its slots and queue taken), retry-delay apart; each offer is a spawn attempt",
 	"worker-buffer-size":      "maximum requests waiting in the local worker's queue",
 	"max-remote-workers":      "maximum distinct remote peers tried per request",
 	"connect-timeout":         "upper bound on dialing one candidate that is not connected",
@@ -50,16 +50,16 @@ var help = map[string]string{
 	"redial-backoff-max":     "upper bound on the doubling wait between redials",
 
 	"rating-window":          "half-life of a rating sample's weight",
-	"rating-min-samples":     "weighted outcomes needed before a peer is rated rather than explored",
+	"rating-min-samples":     "weighted outcomes needed before a peer is rated rather than explored (tried first, to learn how it does)",
 	"rating-spread":          "number of best-rated peers a request picks among at random; 1 is strictly the best",
 	"rating-latency-weight":  "weight of latency in the rating score",
 	"rating-error-weight":    "weight of the error rate in the rating score",
 	"rating-busy-weight":     "weight of the busy/throttled rate in the rating score",
-	"rating-head-lag-weight": "weight of head lag in the rating score",
+	"rating-head-lag-weight": "weight of head lag (how far a worker's newest block trails the best one in the network) in the rating score",
 	"rating-load-weight":     "weight of current load in the rating score",
 
-	"hedge-delay":     "wait after an attempt starts before a hedge is sent",
-	"hedge-max-count": "maximum hedges per request; 0 turns hedging off",
+	"hedge-delay":     "how long an attempt may run before a hedge is sent: a second copy of the request to another worker, while the first still runs, for work types that are safe to run twice; the first answer wins",
+	"hedge-max-count": "maximum hedges (extra copies of one request, see hedge-delay) per request; 0 turns hedging off",
 
 	"accept-work-from": "who may send this node work: any, or allowlist (only the peers in allow-peer)",
 	"allow-peer":       "peer ID allowed to send work when accept-work-from is allowlist (repeatable)",
@@ -77,11 +77,78 @@ var help = map[string]string{
 
 	"jsonrpc-upstream":      "JSON-RPC 2.0 endpoint the jsonrpc work type relays to (empty: not served)",
 	"jsonrpc-chain-id":      "chain ID the upstream must report at start (empty: not checked)",
-	"jsonrpc-head-interval": "time between two polls of the upstream's head",
+	"jsonrpc-head-interval": "time between two polls of the upstream's head: the newest block it has, which this node advertises so that a request naming a block goes to a worker that has it",
 
 	"label-balancing.order":           "group labels tried in order, highest priority first; setting it turns label balancing on",
 	"label-balancing.pass-on-error":   "after a retryable error, move to the next label group instead of retrying in the current one",
 	"label-balancing.include-default": "route to peers carrying none of the order labels as a final group",
+}
+
+// FlagGroups are the groups of settings, in the order `node start --help`
+// shows them, each with a title that says what its settings are about.
+var FlagGroups = []FlagGroup{
+	{"node", "Node: identity, logs and stopping"},
+	{"network", "Network: joining and being known"},
+	{"api", "API: the local HTTP API"},
+	{"work", "Work: what this node serves, and how it sends requests to others"},
+	{"selection", "Selection: which worker a request goes to first"},
+	{"liveness", "Liveness: health polls of peers"},
+	{"access", "Access: who may use this node, and how much"},
+	{"faults", "Faults: failures injected on purpose, for drills"},
+	{"http", "Work type http"},
+	{"jsonrpc", "Work type jsonrpc"},
+}
+
+// FlagGroup is one group of settings in the help.
+type FlagGroup struct {
+	// Name is the group's short name, as group holds it.
+	Name string
+	// Title heads the group in the help.
+	Title string
+}
+
+// group is the FlagGroups name of every setting in help, keyed the same.
+// A test fails when a setting has no group or names one FlagGroups lacks.
+var group = map[string]string{
+	"data-dir": "node", "log-level": "node", "log-format": "node", "drain-timeout": "node",
+
+	"network": "network", "listen": "network", "bootstrap": "network",
+	"announce-interval": "network", "record-ttl": "network",
+
+	"api": "api",
+
+	"labels": "work", "work-types": "work", "worker-timeout": "work", "worker-response-timeout": "work",
+	"max-retries": "work", "max-spawn-attempts": "work", "worker-buffer-size": "work",
+	"max-remote-workers": "work", "connect-timeout": "work", "retry-delay": "work",
+	"local-concurrency": "work", "hedge-delay": "work", "hedge-max-count": "work",
+
+	"selection-mode": "selection", "rating-window": "selection", "rating-min-samples": "selection",
+	"rating-spread": "selection", "rating-latency-weight": "selection", "rating-error-weight": "selection",
+	"rating-busy-weight": "selection", "rating-head-lag-weight": "selection", "rating-load-weight": "selection",
+	"label-balancing.order": "selection", "label-balancing.pass-on-error": "selection",
+	"label-balancing.include-default": "selection",
+
+	"poll-interval": "liveness", "poll-failure-threshold": "liveness", "poll-success-threshold": "liveness",
+	"redial-backoff-min": "liveness", "redial-backoff-max": "liveness",
+
+	"accept-work-from": "access", "allow-peer": "access", "peer-max-streams": "access",
+	"peer-rate": "access", "peer-burst": "access", "api-token": "access",
+
+	"fault-error-rate": "faults", "fault-delay": "faults", "fault-drop-rate": "faults",
+
+	"http-allow": "http", "http-max-body": "http",
+
+	"jsonrpc-upstream": "jsonrpc", "jsonrpc-chain-id": "jsonrpc", "jsonrpc-head-interval": "jsonrpc",
+}
+
+// GroupOfFlag returns the FlagGroups name of the setting that BindFlags
+// binds to the flag named name, or "" when no setting has that flag.
+func GroupOfFlag(name string) string {
+	st := mustSchema().byFlag[name]
+	if st == nil {
+		return ""
+	}
+	return group[st.key]
 }
 
 // envOverride names the environment variable of a setting whose derived

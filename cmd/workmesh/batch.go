@@ -62,13 +62,16 @@ type batchJob struct {
 // and ends with a summary. It returns an error carrying exit code 1 when
 // any line did not succeed.
 func runBatch(ctx context.Context, o submitOptions, stdin io.Reader, stdout, stderr io.Writer) error {
+	if err := checkOutput(&o.output); err != nil {
+		return err
+	}
 	switch {
+	case o.output == outputYAML:
+		return usageError{errors.New("--output yaml: a batch writes one JSON result a line; give text or json")}
 	case o.concurrency < 1 || o.concurrency > maxBatchConcurrency:
 		return usageError{fmt.Errorf("--concurrency %d: want 1 to %d", o.concurrency, maxBatchConcurrency)}
 	case o.payload != "" || o.payloadFile != "":
 		return usageError{errors.New("--file: give payloads in the file's lines, not with --payload or --payload-file")}
-	case o.output != "text" && o.output != "json":
-		return usageError{fmt.Errorf("--output %q: want text or json", o.output)}
 	case o.timeout < 0:
 		return usageError{fmt.Errorf("--timeout %s: want a positive duration", o.timeout)}
 	}

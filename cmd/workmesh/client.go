@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -38,10 +40,70 @@ const clientTimeout = 5 * time.Second
 // maxViewResponse bounds an answer of the read-only API endpoints.
 const maxViewResponse = 64 << 20
 
-// addAPIFlag registers --api on a client command; resolveAPI fills it from
-// WORKMESH_API when the flag was not given.
+// addAPIFlag registers --api on a client command, and --api-token-file;
+// resolveAPI fills --api from WORKMESH_API when the flag was not given.
 func addAPIFlag(cmd *cobra.Command, api *string) {
 	cmd.Flags().StringVar(api, "api", config.Defaults().Node.API, "address of the node's local HTTP API to talk to (env "+apiEnv+")")
+	addTokenFileFlag(cmd, "the bearer token to send the node's API (instead of env "+apiTokenEnv+")")
+}
+
+// tokenFileFlag names the flag that reads the API token from a file, on
+// the client commands (the token they send) and on node start (the token
+// its API requires, as the api-token setting).
+const tokenFileFlag = "api-token-file"
+
+// addTokenFileFlag registers --api-token-file on cmd.
+func addTokenFileFlag(cmd *cobra.Command, what string) {
+	cmd.Flags().String(tokenFileFlag, "", "read "+what+" from this file: its first line, the trailing newline trimmed; "+
+		"the file must not be readable or writable by group or others (chmod 600)")
+	cmd.MarkFlagFilename(tokenFileFlag)
+}
+
+// readTokenFile returns the token in file: the file's content with
+// trailing newlines and spaces trimmed. A file that group or others may
+// read or write is refused, as ssh refuses such a key: a token others can
+// read is no secret.
+func readTokenFile(file string) (string, error) {
+	st, err := os.Stat(file)
+	if err != nil {
+		return "", usageError{fmt.Errorf("--%s: %w", tokenFileFlag, err)}
+	}
+	if perm := st.Mode().Perm(); perm&0o077 != 0 {
+		return "", usageError{fmt.Errorf("--%s %s: mode %04o lets group or others at the token; chmod 600 %s", tokenFileFlag, file, perm, file)}
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", usageError{fmt.Errorf("--%s: %w", tokenFileFlag, err)}
+	}
+	tok := strings.TrimRight(string(b), "\r\n \t")
+	if tok == "" || strings.ContainsAny(tok, "\r\n") {
+		return "", usageError{fmt.Errorf("--%s %s: want one line holding the token", tokenFileFlag, file)}
+	}
+	return tok, nil
+}
+
+// tokenKey is the context key of the token read from --api-token-file.
+type tokenKey struct{}
+
+// loadTokenFile reads --api-token-file, when cmd has it and it was given,
+// into cmd's context, where authorize and node start find it.
+func loadTokenFile(cmd *cobra.Command) error {
+	f := cmd.Flags().Lookup(tokenFileFlag)
+	if f == nil || !f.Changed {
+		return nil
+	}
+	tok, err := readTokenFile(f.Value.String())
+	if err != nil {
+		return err
+	}
+	cmd.SetContext(context.WithValue(cmd.Context(), tokenKey{}, tok))
+	return nil
+}
+
+// tokenFrom returns the token --api-token-file gave, if any.
+func tokenFrom(ctx context.Context) string {
+	tok, _ := ctx.Value(tokenKey{}).(string)
+	return tok
 }
 
 // resolveAPI returns --api, or WORKMESH_API when the flag was not given.
@@ -54,9 +116,14 @@ func resolveAPI(cmd *cobra.Command, api string) string {
 	return api
 }
 
-// authorize adds the bearer token from WORKMESH_API_TOKEN, when set.
+// authorize adds the bearer token from --api-token-file (carried by the
+// request's context) or else WORKMESH_API_TOKEN, when set.
 func authorize(req *http.Request) {
-	if tok := os.Getenv(apiTokenEnv); tok != "" {
+	tok := tokenFrom(req.Context())
+	if tok == "" {
+		tok = os.Getenv(apiTokenEnv)
+	}
+	if tok != "" {
 		req.Header.Set("Authorization", "Bearer "+tok)
 	}
 }
@@ -107,14 +174,39 @@ func apiGet(ctx context.Context, api, path string, out any) error {
 	return nil
 }
 
-// checkOutput refuses an --output value that is not one of allowed.
-func checkOutput(output string, allowed ...string) error {
-	for _, a := range allowed {
-		if output == a {
-			return nil
-		}
+// Output formats of --output, the same set on every command that prints
+// data. text is the human form (a table where the data is a list); table
+// is accepted as its synonym, so `-o table` and `-o text` are one format.
+const (
+	outputText = "text"
+	outputJSON = "json"
+	outputYAML = "yaml"
+	// outputTable is the synonym of outputText.
+	outputTable = "table"
+)
+
+// outputFormats are the values --output completes to.
+var outputFormats = []string{outputText, outputTable, outputJSON, outputYAML}
+
+// addOutputFlag registers --output (-o) on cmd with the given default
+// (text or table, as the command always had it), and its completion.
+func addOutputFlag(cmd *cobra.Command, output *string, def string) {
+	cmd.Flags().StringVarP(output, "output", "o", def, "output format: text (or its synonym table), json or yaml")
+	cmd.RegisterFlagCompletionFunc("output", completeOutputs(outputFormats...))
+}
+
+// checkOutput refuses an --output value outside the common set and turns
+// the synonym table into text, so that a command compares with outputText
+// only.
+func checkOutput(output *string) error {
+	switch *output {
+	case outputText, outputJSON, outputYAML:
+		return nil
+	case outputTable:
+		*output = outputText
+		return nil
 	}
-	return usageError{fmt.Errorf("--output %q: want %s", output, strings.Join(allowed, ", "))}
+	return usageError{fmt.Errorf("--output %q: want text (or table), json or yaml", *output)}
 }
 
 // writeData writes v as indented JSON or as YAML with the same keys (the
@@ -166,14 +258,72 @@ func yamlNumbers(v any) any {
 	return v
 }
 
-// completeOutputs completes --output with the given formats.
+// completeOutputs completes a flag with the given values.
 func completeOutputs(formats ...string) func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
 	return func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
 		return formats, cobra.ShellCompDirectiveNoFileComp
 	}
 }
 
-// completeWorkTypes completes --type with the built-in work types.
-func completeWorkTypes(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
-	return builtin.Types(), cobra.ShellCompDirectiveNoFileComp
+// completionTimeout bounds completion's question to the node: a shell
+// waits for the answer at every Tab.
+const completionTimeout = 500 * time.Millisecond
+
+// completeWorkTypes completes --type with the work types on offer where the
+// command would send the request: those the node at --api (or
+// WORKMESH_API) serves and its peers advertise, when it answers within
+// completionTimeout; the built-in types otherwise.
+func completeWorkTypes(cmd *cobra.Command, _ []string, _ string) ([]string, cobra.ShellCompDirective) {
+	api, _ := cmd.Flags().GetString("api")
+	api = resolveAPI(cmd, api)
+	if loadTokenFile(cmd) != nil {
+		return builtin.Types(), cobra.ShellCompDirectiveNoFileComp
+	}
+	// apiGet's own clientTimeout is longer: the shorter bound wins.
+	ctx, cancel := context.WithTimeout(cmd.Context(), completionTimeout)
+	defer cancel()
+	set := map[string]bool{}
+	var info apiv1.InfoView
+	if err := apiGet(ctx, api, "/v1/info", &info); err == nil {
+		for _, wt := range info.WorkTypes {
+			set[wt] = true
+		}
+		var peers []apiv1.PeerView
+		if apiGet(ctx, api, "/v1/peers", &peers) == nil {
+			for _, p := range peers {
+				for _, wt := range p.WorkTypes {
+					set[wt] = true
+				}
+			}
+		}
+	}
+	if len(set) == 0 {
+		return builtin.Types(), cobra.ShellCompDirectiveNoFileComp
+	}
+	return slices.Sorted(maps.Keys(set)), cobra.ShellCompDirectiveNoFileComp
+}
+
+// settingValues are the values of the settings that take one of a few,
+// for completion.
+var settingValues = map[string][]string{
+	"selection-mode":   {config.ModeRating, config.ModeRoundRobin, config.ModeRandom},
+	"accept-work-from": {config.AcceptAny, config.AcceptAllowlist},
+	"log-level":        {"trace", "debug", "info", "warn", "error"},
+	"log-format":       {"text", "json"},
+}
+
+// registerSettingCompletions completes the setting flags of cmd (bound by
+// config.BindFlags) that take one of a few values, and --work-types with
+// every work type this binary has.
+func registerSettingCompletions(cmd *cobra.Command) {
+	for flag, values := range settingValues {
+		if cmd.Flags().Lookup(flag) != nil {
+			cmd.RegisterFlagCompletionFunc(flag, completeOutputs(values...))
+		}
+	}
+	if cmd.Flags().Lookup("work-types") != nil {
+		cmd.RegisterFlagCompletionFunc("work-types", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+			return slices.Sorted(maps.Keys(knownTypes())), cobra.ShellCompDirectiveNoFileComp
+		})
+	}
 }

@@ -86,6 +86,7 @@ func newConfigValidateCommand() *cobra.Command {
 		},
 	}
 	config.BindFlags(cmd.Flags())
+	registerSettingCompletions(cmd)
 	cmd.Flags().StringVar(&configFile, "config", "", "YAML file with settings, as for `node start`")
 	cmd.MarkFlagFilename("config", "yaml", "yml")
 	return cmd
@@ -112,7 +113,7 @@ func newConfigPrintCommand() *cobra.Command {
 		Args:        cobra.NoArgs,
 		Annotations: map[string]string{loadsSettings: "true"},
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOutput(output, "table", "json", "yaml"); err != nil {
+			if err := checkOutput(&output); err != nil {
 				return err
 			}
 			settings, err := config.Explain(settingsOptions(cmd, configFile))
@@ -126,16 +127,16 @@ func newConfigPrintCommand() *cobra.Command {
 					out[i].Value = hiddenValue
 				}
 			}
-			if output != "table" {
+			if output != outputText {
 				return writeData(cmd.OutOrStdout(), output, out)
 			}
 			return printSettings(cmd.OutOrStdout(), out)
 		},
 	}
 	config.BindFlags(cmd.Flags())
+	registerSettingCompletions(cmd)
 	cmd.Flags().StringVar(&configFile, "config", "", "YAML file with settings, as for `node start`")
-	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table, json or yaml")
-	cmd.RegisterFlagCompletionFunc("output", completeOutputs("table", "json", "yaml"))
+	addOutputFlag(cmd, &output, outputTable)
 	cmd.MarkFlagFilename("config", "yaml", "yml")
 	return cmd
 }

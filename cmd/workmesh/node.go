@@ -9,7 +9,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sirupsen/logrus"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/workmesh/workmesh/config"
 	"github.com/workmesh/workmesh/node"
@@ -44,13 +46,25 @@ func newNodeStartCommand() *cobra.Command {
 			"waits up to --drain-timeout for the work in progress, then stops. A second signal stops it at once.\n\n" +
 			"Settings come from --config FILE, WORKMESH_<SETTING> variables and flags, flags winning; check them\n" +
 			"first with `workmesh config validate`. Its API listens on --api (env WORKMESH_NODE_API): WORKMESH_API\n" +
-			"is the client commands' target and does not move it. Every configuration error exits 2.",
+			"is the client commands' target and does not move it. Every configuration error exits 2.\n\n" +
+			"Words the flags use: an attempt is one try of a request on one worker; a retry is the next attempt\n" +
+			"after one failed; a hedge is a second copy of a request sent to another worker while the first\n" +
+			"still runs, for work types safe to run twice, the first answer winning; a spawn attempt is one\n" +
+			"offer of a request to this node's own worker, repeated while it is busy; a head is the newest\n" +
+			"block a chain upstream (jsonrpc) has, advertised so that a request naming a block goes to a\n" +
+			"worker that has it; a label group is the peers carrying one label, tried in label-balancing order.",
 		Args:        cobra.NoArgs,
 		Annotations: map[string]string{loadsSettings: "true"},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := config.Load(settingsOptions(cmd, configFile))
 			if err != nil {
 				return configError(err)
+			}
+			if tok := tokenFrom(cmd.Context()); tok != "" {
+				if cfg.Access.APIToken != "" {
+					return usageError{fmt.Errorf("--%s and the api-token setting: give one, not both", tokenFileFlag)}
+				}
+				cfg.Access.APIToken = tok
 			}
 			// Checked here, before anything starts, so that a typo in a
 			// bootstrap address is a usage error naming it.
@@ -78,7 +92,11 @@ func newNodeStartCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			printStartup(cmd.OutOrStdout(), s.node)
+			if cfg.Node.LogFormat == "json" {
+				logStartup(log, s.node)
+			} else {
+				printStartup(cmd.OutOrStdout(), s.node)
+			}
 
 			<-ctx.Done()
 			// From here a second SIGINT or SIGTERM ends the process at
@@ -90,8 +108,62 @@ func newNodeStartCommand() *cobra.Command {
 		},
 	}
 	config.BindFlags(cmd.Flags())
+	registerSettingCompletions(cmd)
 	cmd.Flags().StringVar(&configFile, "config", "", "YAML file with settings (flags and WORKMESH_* variables override it)")
+	addTokenFileFlag(cmd, "the bearer token the local API requires (instead of the api-token setting)")
+	cmd.SetUsageFunc(groupedUsage(map[string]string{"config": "node", tokenFileFlag: "access"}))
 	return cmd
+}
+
+// groupedUsage prints a command's usage with its flags under the groups
+// config.FlagGroups names, in that order, so that its many settings read
+// as short lists by topic; extra gives the group of the flags that are no
+// setting. The flags of no group come last.
+func groupedUsage(extra map[string]string) func(*cobra.Command) error {
+	return func(c *cobra.Command) error {
+		w := c.OutOrStderr()
+		fmt.Fprintf(w, "Usage:\n  %s\n", c.UseLine())
+		if c.HasExample() {
+			fmt.Fprintf(w, "\nExamples:\n%s\n", c.Example)
+		}
+		sets := map[string]*pflag.FlagSet{}
+		c.LocalFlags().VisitAll(func(f *pflag.Flag) {
+			g := config.GroupOfFlag(f.Name)
+			if g == "" {
+				g = extra[f.Name]
+			}
+			if sets[g] == nil {
+				sets[g] = pflag.NewFlagSet(g, pflag.ContinueOnError)
+			}
+			sets[g].AddFlag(f)
+		})
+		const cols = 100
+		for _, g := range config.FlagGroups {
+			if fs := sets[g.Name]; fs != nil {
+				fmt.Fprintf(w, "\n%s:\n%s", g.Title, fs.FlagUsagesWrapped(cols))
+			}
+		}
+		if fs := sets[""]; fs != nil {
+			fmt.Fprintf(w, "\nOther flags:\n%s", fs.FlagUsagesWrapped(cols))
+		}
+		if c.HasAvailableInheritedFlags() {
+			fmt.Fprintf(w, "\nGlobal flags:\n%s", c.InheritedFlags().FlagUsagesWrapped(cols))
+		}
+		return nil
+	}
+}
+
+// logStartup is printStartup for --log-format json, where stdout stays
+// empty: one JSON log line on stderr, "ready", with the same facts as
+// fields (peer_id, listen, join, api).
+func logStartup(log *logrus.Logger, n *node.Node) {
+	addrs := make([]string, 0, len(n.Addrs()))
+	for _, a := range n.Addrs() {
+		addrs = append(addrs, a.String())
+	}
+	log.WithFields(logrus.Fields{
+		"peer_id": n.ID().String(), "listen": addrs, "join": n.JoinCommand(), "api": n.APIAddr(),
+	}).Info("ready")
 }
 
 // printStartup prints who the node is, where it listens, the command

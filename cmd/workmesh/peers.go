@@ -42,7 +42,7 @@ func newPeersCommand() *cobra.Command {
 		Use:   "peers",
 		Short: "List the peers a running node knows, as its dispatcher sees them",
 		Long: "peers asks a running node's local API for every fresh peer: its liveness state (alive, unreachable,\n" +
-			"probing), its rating score for each work type (\"unrated\" while it has too few samples and is\n" +
+			"probing; left for a peer that stopped gracefully: it withdrew its work types and disconnected), its rating score for each work type (\"unrated\" while it has too few samples and is\n" +
 			"explored), labels, work types with their heads (type@head), load (running+queued/capacity), the\n" +
 			"round-trip time of the node's last good health poll of it (\"-\" before one), and when its record was\n" +
 			"last refreshed. --watch redraws the table every --interval until Ctrl-C; --output json or yaml\n" +
@@ -50,7 +50,7 @@ func newPeersCommand() *cobra.Command {
 		Example: "  workmesh peers\n  workmesh peers --type sha256 --watch\n  workmesh peers --output json | jq '.[] | select(.state != \"alive\") | .id'",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOutput(o.output, "table", "json", "yaml"); err != nil {
+			if err := checkOutput(&o.output); err != nil {
 				return err
 			}
 			if o.watch && (o.interval < minWatchInterval || o.interval > maxWatchInterval) {
@@ -72,12 +72,11 @@ func newPeersCommand() *cobra.Command {
 	}
 	addAPIFlag(cmd, &o.api)
 	f := cmd.Flags()
-	f.StringVarP(&o.output, "output", "o", "table", "output format: table, json or yaml")
 	f.StringVarP(&o.workType, "type", "t", "", "only peers serving this work type, with their score for it")
 	f.BoolVar(&o.wide, "wide", false, "full peer IDs, addresses and versions")
 	f.BoolVarP(&o.watch, "watch", "w", false, "redraw every --interval until Ctrl-C")
 	f.DurationVar(&o.interval, "interval", 2*time.Second, fmt.Sprintf("time between redraws with --watch (%s to %s)", minWatchInterval, maxWatchInterval))
-	cmd.RegisterFlagCompletionFunc("output", completeOutputs("table", "json", "yaml"))
+	addOutputFlag(cmd, &o.output, outputTable)
 	cmd.RegisterFlagCompletionFunc("type", completeWorkTypes)
 	return cmd
 }
@@ -107,7 +106,7 @@ func watchPeers(ctx context.Context, out, errOut io.Writer, o peersOptions) erro
 		}
 		now := time.Now()
 		switch {
-		case o.output == "json":
+		case o.output == outputJSON:
 			if err != nil {
 				fmt.Fprintf(errOut, "workmesh: %v\n", err)
 				break
@@ -117,13 +116,13 @@ func watchPeers(ctx context.Context, out, errOut io.Writer, o peersOptions) erro
 				return fmt.Errorf("encode json: %w", jerr)
 			}
 			fmt.Fprintf(out, "%s\n", b)
-		case o.output == "yaml":
+		case o.output == outputYAML:
 			if err != nil {
 				fmt.Fprintf(errOut, "workmesh: %v\n", err)
 				break
 			}
 			fmt.Fprintln(out, "---")
-			if err := writeData(out, "yaml", peers); err != nil {
+			if err := writeData(out, outputYAML, peers); err != nil {
 				return err
 			}
 		default:
@@ -154,7 +153,7 @@ func printPeers(w io.Writer, o peersOptions, peers []apiv1.PeerStatus, now time.
 	if o.workType != "" {
 		peers = slices.DeleteFunc(slices.Clone(peers), func(p apiv1.PeerStatus) bool { return !slices.Contains(p.WorkTypes, o.workType) })
 	}
-	if o.output != "table" {
+	if o.output != outputText {
 		if peers == nil {
 			peers = []apiv1.PeerStatus{}
 		}
@@ -179,7 +178,7 @@ func printPeerTable(w io.Writer, peers []apiv1.PeerStatus, workType string, wide
 		states[stateOf(p)]++
 	}
 	var parts []string
-	for _, s := range []string{"alive", "probing", "unreachable", "unknown"} {
+	for _, s := range []string{"alive", "probing", "unreachable", apiv1.StateLeft, "unknown"} {
 		if states[s] > 0 {
 			parts = append(parts, fmt.Sprintf("%d %s", states[s], s))
 		}

@@ -41,7 +41,7 @@ func newPlanCommand() *cobra.Command {
 			if o.workType == "" {
 				return usageError{errors.New("--type is required (e.g. --type sha256)")}
 			}
-			if err := checkOutput(o.output, "text", "json", "yaml"); err != nil {
+			if err := checkOutput(&o.output); err != nil {
 				return err
 			}
 			o.api = resolveAPI(cmd, o.api)
@@ -73,8 +73,7 @@ func newPlanCommand() *cobra.Command {
 	f.StringVarP(&o.workType, "type", "t", "", "work type, e.g. echo, sha256 or sleep (required)")
 	f.StringSliceVar(&o.labels, "labels", nil, "labels a remote worker must carry (comma-separated)")
 	f.Uint64Var(&o.minHead, "min-head", 0, "the position the request names, for work types with heads")
-	f.StringVarP(&o.output, "output", "o", "text", "output format: text, json or yaml")
-	cmd.RegisterFlagCompletionFunc("output", completeOutputs("text", "json", "yaml"))
+	addOutputFlag(cmd, &o.output, outputText)
 	cmd.RegisterFlagCompletionFunc("type", completeWorkTypes)
 	return cmd
 }

@@ -55,10 +55,18 @@ func newRootCommand() *cobra.Command {
 			"them; the node's API address is WORKMESH_NODE_API). The client commands talk to the API at\n" +
 			"WORKMESH_API with the token WORKMESH_API_TOKEN. Every command refuses any other WORKMESH_*\n" +
 			"variable, naming it, with exit code 2.",
-		SilenceUsage:      true,
-		SilenceErrors:     true,
-		PersistentPreRunE: checkEnviron,
+		Version:       version,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkEnviron(cmd, args); err != nil {
+				return err
+			}
+			return loadTokenFile(cmd)
+		},
 	}
+	// `workmesh --version` prints the same line as `workmesh version`.
+	root.SetVersionTemplate(versionLine() + "\n")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(newVersionCommand())
 	root.AddCommand(newNodeCommand(), newPeersCommand(), newSubmitCommand(), newPlanCommand(),
@@ -88,16 +96,35 @@ func checkEnviron(cmd *cobra.Command, _ []string) error {
 	return configError(config.CheckEnviron(os.Environ(), clientEnv...))
 }
 
+// versionInfo is what `workmesh version --output json|yaml` prints.
+type versionInfo struct {
+	Version   string `json:"version"`
+	GoVersion string `json:"go_version"`
+}
+
+// versionLine is the one line `workmesh version` and `workmesh --version`
+// print.
+func versionLine() string { return fmt.Sprintf("workmesh %s (%s)", version, goVersion()) }
+
 func newVersionCommand() *cobra.Command {
-	return &cobra.Command{
+	var output string
+	cmd := &cobra.Command{
 		Use:   "version",
-		Short: "Print the workmesh version",
+		Short: "Print the workmesh version (also: workmesh --version)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			_, err := fmt.Fprintf(cmd.OutOrStdout(), "workmesh %s (%s)\n", version, goVersion())
+			if err := checkOutput(&output); err != nil {
+				return err
+			}
+			if output != outputText {
+				return writeData(cmd.OutOrStdout(), output, versionInfo{Version: version, GoVersion: goVersion()})
+			}
+			_, err := fmt.Fprintln(cmd.OutOrStdout(), versionLine())
 			return err
 		},
 	}
+	addOutputFlag(cmd, &output, outputText)
+	return cmd
 }
 
 func goVersion() string {

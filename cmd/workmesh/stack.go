@@ -14,6 +14,7 @@ import (
 
 	"github.com/workmesh/workmesh/config"
 	"github.com/workmesh/workmesh/node"
+	"github.com/workmesh/workmesh/node/apiv1"
 	"github.com/workmesh/workmesh/node/httpapi"
 	"github.com/workmesh/workmesh/workers"
 	"github.com/workmesh/workmesh/workers/access"
@@ -217,7 +218,7 @@ func servedLogger(log *logrus.Logger) func(protocol.ServedRequest) {
 			return
 		}
 		f := log.WithFields(logrus.Fields{
-			"request_id": sr.ID, "peer": sr.Peer.String(), "work_type": sr.Type, "duration": sr.Duration,
+			"request_id": sr.ID, "peer": sr.Peer.String(), "work_type": sr.Type, "duration_ms": apiv1.Millis(sr.Duration),
 		})
 		if sr.Err != nil {
 			f.WithError(sr.Err).Debug("served request dropped")
@@ -268,7 +269,7 @@ func (s *stack) drain(d time.Duration) {
 	if err := s.node.SetWorkTypes(nil); err != nil {
 		s.log.WithError(err).Warn("drain: could not withdraw the work types")
 	}
-	s.log.WithFields(logrus.Fields{"requests": s.disp.InFlight(), "serving": s.server.Serving(), "drain_timeout": d}).
+	s.log.WithFields(logrus.Fields{"requests": s.disp.InFlight(), "serving": s.server.Serving(), "drain_timeout_ms": apiv1.Millis(d)}).
 		Info("draining: work types withdrawn, waiting for the work in progress (a second SIGINT or SIGTERM stops at once)")
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
@@ -282,7 +283,7 @@ func (s *stack) drain(d time.Duration) {
 		wg.Go(func() { srvErr = s.server.Drain(ctx) })
 		wg.Wait()
 		if dispErr != nil || srvErr != nil {
-			s.log.WithFields(logrus.Fields{"requests": s.disp.InFlight(), "serving": s.server.Serving(), "drain_timeout": d}).
+			s.log.WithFields(logrus.Fields{"requests": s.disp.InFlight(), "serving": s.server.Serving(), "drain_timeout_ms": apiv1.Millis(d)}).
 				Warn("drain timed out: cancelling the work still in progress")
 			s.drainTimedOut.Store(true)
 			return
@@ -298,7 +299,7 @@ func (s *stack) drain(d time.Duration) {
 		}
 		graced = true
 	}
-	s.log.WithField("took", time.Since(start).Round(time.Millisecond)).Info("drained: no work in progress")
+	s.log.WithField("took_ms", apiv1.Millis(time.Since(start))).Info("drained: no work in progress")
 }
 
 // cancelledWait bounds how long Close waits for the API's requests, once

@@ -21,7 +21,7 @@ func newStatusCommand() *cobra.Command {
 			"local worker's running and queued work, what it served for its peers, and the records it refused.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOutput(output, "text", "json", "yaml"); err != nil {
+			if err := checkOutput(&output); err != nil {
 				return err
 			}
 			api = resolveAPI(cmd, api)
@@ -37,8 +37,7 @@ func newStatusCommand() *cobra.Command {
 		},
 	}
 	addAPIFlag(cmd, &api)
-	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text, json or yaml")
-	cmd.RegisterFlagCompletionFunc("output", completeOutputs("text", "json", "yaml"))
+	addOutputFlag(cmd, &output, outputText)
 	return cmd
 }
 

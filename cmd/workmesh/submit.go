@@ -109,12 +109,12 @@ func newSubmitCommand() *cobra.Command {
 	f.DurationVar(&o.timeout, "timeout", 0, "bound on the whole request, e.g. 2s (0: the node's default, "+dispatch.DefaultRequestTimeout.String()+")")
 	f.StringSliceVar(&o.labels, "labels", nil, "labels a remote worker must carry (comma-separated)")
 	f.Uint64Var(&o.minHead, "min-head", 0, "the position the request names, for work types with heads")
-	f.StringVarP(&o.output, "output", "o", "text", "output format: text (the result on stdout, a summary on stderr) or json")
 	f.BoolVar(&o.explain, "explain", false, "print the plan the node would follow before sending the request")
 	f.StringVar(&o.file, "file", "", "run a batch: a file of JSON requests, one a line (- for stdin)")
 	f.IntVarP(&o.concurrency, "concurrency", "c", 4, fmt.Sprintf("batch: requests at once (1 to %d)", maxBatchConcurrency))
 	f.StringVar(&o.progress, "progress", "auto", "batch progress on stderr: auto (a bar on a terminal, lines otherwise), bar, lines or off")
-	cmd.RegisterFlagCompletionFunc("output", completeOutputs("text", "json"))
+	addOutputFlag(cmd, &o.output, outputText)
+	addTokenFileFlag(cmd, "the bearer token to send the node's API (instead of env "+apiTokenEnv+")")
 	cmd.RegisterFlagCompletionFunc("progress", completeOutputs("auto", "bar", "lines", "off"))
 	cmd.RegisterFlagCompletionFunc("type", completeWorkTypes)
 	cmd.MarkFlagFilename("file", "jsonl", "json", "ndjson")
@@ -128,8 +128,8 @@ func runSubmit(ctx context.Context, o submitOptions, stdin io.Reader, stdout, st
 	if o.workType == "" {
 		return usageError{errors.New("--type is required (e.g. --type sha256)")}
 	}
-	if o.output != "text" && o.output != "json" {
-		return usageError{fmt.Errorf("--output %q: want text or json", o.output)}
+	if err := checkOutput(&o.output); err != nil {
+		return err
 	}
 	if o.timeout < 0 {
 		return usageError{fmt.Errorf("--timeout %s: want a positive duration", o.timeout)}
@@ -168,7 +168,16 @@ func runSubmit(ctx context.Context, o submitOptions, stdin io.Reader, stdout, st
 	if err != nil {
 		return err
 	}
-	if o.output == "json" {
+	switch o.output {
+	case outputYAML:
+		var v any
+		if err := json.Unmarshal(ans.raw, &v); err != nil {
+			return fmt.Errorf("decode the answer: %w", err)
+		}
+		if err := writeData(stdout, outputYAML, v); err != nil {
+			return err
+		}
+	case outputJSON:
 		var pretty bytes.Buffer
 		if json.Indent(&pretty, ans.raw, "", "  ") != nil {
 			pretty.Reset()
@@ -180,12 +189,14 @@ func runSubmit(ctx context.Context, o submitOptions, stdin io.Reader, stdout, st
 		if _, err := stdout.Write(pretty.Bytes()); err != nil {
 			return fmt.Errorf("write result: %w", err)
 		}
-	} else if ans.resp.Status == apiv1.StatusOK {
-		if err := writeResult(stdout, ans.resp); err != nil {
-			return err
+	default:
+		if ans.resp.Status == apiv1.StatusOK {
+			if err := writeResult(stdout, ans.resp); err != nil {
+				return err
+			}
 		}
 	}
-	if o.output == "text" {
+	if o.output == outputText {
 		fmt.Fprintln(stderr, summarize(ans.resp, shortPeer))
 	}
 	return outcomeError(o.workType, ans.resp)
@@ -377,8 +388,9 @@ func summarize(r apiv1.WorkResponse, name func(string) string) string {
 // maxAttemptError bounds an attempt's error in the summary line.
 const maxAttemptError = 100
 
-// clip shortens s to at most n bytes, marking the cut, without splitting a
-// UTF-8 sequence.
+// clip shortens s to at most n bytes, marking the cut, at the last space
+// before it so that no word is cut in two; a first word longer than half
+// of n is cut at a rune boundary rather than dropped.
 func clip(s string, n int) string {
 	if len(s) <= n {
 		return s
@@ -386,6 +398,9 @@ func clip(s string, n int) string {
 	cut := n
 	for cut > 0 && !utf8.RuneStart(s[cut]) {
 		cut--
+	}
+	if sp := strings.LastIndexByte(s[:cut+1], ' '); sp >= n/2 {
+		return strings.TrimRight(s[:sp], " ,;:") + " …"
 	}
 	return s[:cut] + "…"
 }

@@ -155,7 +155,7 @@ func TestSubmitUsageErrors(t *testing.T) {
 		{"no type", []string{"--payload", "x"}, "--type is required"},
 		{"two payloads", []string{"--type", "echo", "--payload", "x", "--payload-file", "y"}, "not both"},
 		{"missing file", []string{"--type", "echo", "--payload-file", filepath.Join(t.TempDir(), "nope")}, "--payload-file"},
-		{"bad output", []string{"--type", "echo", "--payload", "x", "--output", "yaml"}, "--output"},
+		{"bad output", []string{"--type", "echo", "--payload", "x", "--output", "xml"}, "--output"},
 		{"bad timeout", []string{"--type", "echo", "--payload", "x", "--timeout", "soon"}, "timeout"},
 		{"unknown flag", []string{"--type", "echo", "--colour"}, "colour"},
 		{"refused by the API", []string{"--type", "bad type", "--payload", "x"}, "type: "},
@@ -208,6 +208,8 @@ func TestClip(t *testing.T) {
 		{"exactly", 7, "exactly"},
 		{"truncated", 5, "trunc…"},
 		{"héllo", 2, "h…"}, // é is two bytes: not split
+		{"upstream answered: bad gateway", 24, "upstream answered: bad …"},
+		{"upstream answered, bad gateway", 20, "upstream answered …"}, // no word cut, no dangling comma
 	} {
 		if got := clip(tc.in, tc.n); got != tc.want {
 			t.Errorf("clip(%q, %d) = %q, want %q", tc.in, tc.n, got, tc.want)

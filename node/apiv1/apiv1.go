@@ -241,11 +241,19 @@ type TypeScore struct {
 	Rank int `json:"rank"`
 }
 
+// StateLeft is the State of a peer that left the network gracefully: its
+// last record withdrew every work type (a draining node re-signs its
+// record with none before it stops) and it is no longer connected. It is
+// how the peer is shown, not a liveness state: liveness goes on judging
+// it as any other peer until its record expires.
+const StateLeft = "left"
+
 // PeerStatus is one element of GET /v1/peers/selection: what the peer
 // table holds of a peer and what the dispatcher makes of it.
 type PeerStatus struct {
 	PeerView
-	// State is the liveness state: alive, unreachable or probing.
+	// State is the liveness state, alive, unreachable or probing, or
+	// StateLeft for a peer that stopped gracefully.
 	State string `json:"state"`
 	// Failures is the decaying failure count while alive.
 	Failures int `json:"failures"`

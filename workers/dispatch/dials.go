@@ -2,7 +2,6 @@ package dispatch
 
 import (
 	"context"
-	"fmt"
 	"sync"
 
 	"github.com/libp2p/go-libp2p/core/network"
@@ -93,7 +92,7 @@ func (d *Dispatcher) connect(ctx context.Context, id string) error {
 	cctx, cancel := context.WithTimeout(ctx, d.cfg.Worker.ConnectTimeout)
 	defer cancel()
 	if err := h.Connect(cctx, info); err != nil {
-		return fmt.Errorf("connect %s within %s: %w", pid, d.cfg.Worker.ConnectTimeout, err)
+		return &dialError{timeout: d.cfg.Worker.ConnectTimeout, err: err}
 	}
 	return nil
 }

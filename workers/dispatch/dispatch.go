@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"hash/fnv"
 	"maps"
+	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -262,6 +264,9 @@ func (d *Dispatcher) fallback(ctx context.Context, req WorkRequest, plan *select
 		} else {
 			res.Status = apiv1.StatusUnavailable
 			res.Error = "no worker could take the work: " + why
+			if offer := d.onOffer(); !local && !slices.Contains(offer, req.Type) {
+				res.Error += "; on offer: " + dash(strings.Join(offer, ", "))
+			}
 		}
 		return res
 	}
@@ -294,6 +299,32 @@ func (d *Dispatcher) fallback(ctx context.Context, req WorkRequest, plan *select
 		}
 		return res
 	}
+}
+
+// onOffer returns, sorted, the work types on offer in the network now: those
+// the fresh peers advertise and those the local worker serves. It is asked
+// only when a request's type is served nowhere, to name what is.
+func (d *Dispatcher) onOffer() []string {
+	set := map[string]bool{}
+	for _, pi := range d.node.Peers().Peers() {
+		for _, wt := range pi.Data.WorkTypes {
+			set[wt.Name] = true
+		}
+	}
+	if d.pool != nil {
+		for _, n := range d.pool.Registry().Names() {
+			set[n] = true
+		}
+	}
+	return slices.Sorted(maps.Keys(set))
+}
+
+// dash is s, or "none" when s is empty.
+func dash(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
 }
 
 // cutShort makes res the result of a request that ctx ended before it

@@ -342,7 +342,7 @@ func (d *Dispatcher) attemptOf(r attemptResult, o selection.Outcome) apiv1.Attem
 	a := apiv1.Attempt{Peer: d.idString(r.pick.Peer), Outcome: o, DurationMS: apiv1.Millis(r.dur), Group: r.pick.Group, Hedge: r.pick.Hedge}
 	switch {
 	case r.err != nil:
-		a.Error = r.err.Error()
+		a.Error = attemptCause(r.err)
 	case r.resp.Error != "":
 		a.Error = r.resp.Error
 	}

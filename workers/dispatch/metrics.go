@@ -109,7 +109,7 @@ func (m *dispatchMetrics) poll(id string, rtt time.Duration, err error, now time
 	if err == nil {
 		s.rtt, s.ok, s.err = rtt, now, ""
 	} else {
-		s.err = err.Error()
+		s.err = attemptCause(err)
 	}
 	m.lastP[id] = s
 	m.mu.Unlock()
@@ -186,7 +186,7 @@ func (d *Dispatcher) observe(req WorkRequest, res WorkResult, plan *selection.Pl
 	}
 	f := d.log.WithFields(logrus.Fields{
 		"request_id": req.ID, "work_type": req.Type, "peer": worker, "status": string(res.Status),
-		"attempts": len(res.Attempts), "duration": res.Duration,
+		"attempts": len(res.Attempts), "duration_ms": apiv1.Millis(res.Duration),
 	})
 	if d.debug {
 		for _, a := range res.Attempts {

@@ -128,7 +128,13 @@ func (d *Dispatcher) report(id string, ok bool, err error) {
 	}
 	f := d.log.WithFields(logrus.Fields{"peer": peer.ID(id).String(), "from": t.From.String(), "to": t.To.String()})
 	if err != nil {
-		f = f.WithError(err)
+		f = f.WithField(logrus.ErrorKey, attemptCause(err))
+	}
+	if pi, ok := d.node.Peers().Get(peer.ID(id)); ok && left(pi) {
+		// It left (syncPeers logged "peer left"): its polls fail because
+		// it stopped, which is no liveness failure worth an info line.
+		f.Debug("peer liveness changed")
+		return
 	}
 	f.Info("peer liveness changed")
 }
@@ -156,6 +162,9 @@ func (d *Dispatcher) syncPeers() {
 			}
 		}
 		sp := syncedPeer{entry: e, peer: peerOf(*e), name: old.name}
+		if ok && left(*e) && !left(*old.entry) {
+			d.log.WithField("peer", id.String()).Info("peer left: it withdrew its work types and disconnected")
+		}
 		if !ok {
 			sp.name = id.String()
 			changed = true

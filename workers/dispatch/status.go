@@ -61,6 +61,9 @@ func (d *Dispatcher) PeerStatuses() []apiv1.PeerStatus {
 			PeerView: node.NewPeerView(pi), State: live.State(raw).String(),
 			Failures: live.Failures(raw), Scores: []apiv1.TypeScore{},
 		}
+		if left(pi) {
+			ps.State = apiv1.StateLeft
+		}
 		if p, ok := d.metrics.lastPoll(raw); ok {
 			at := p.at.UTC()
 			ps.LastPoll, ps.PollError = &at, p.err
@@ -96,6 +99,14 @@ func (d *Dispatcher) PeerStatuses() []apiv1.PeerStatus {
 		}
 	}
 	return out
+}
+
+// left reports whether the peer left the network gracefully: its last
+// record withdrew every work type and it is no longer connected (see
+// apiv1.StateLeft). A peer that dies keeps the work types of its last
+// record, so that is never taken for leaving.
+func left(pi node.PeerInfo) bool {
+	return len(pi.Data.WorkTypes) == 0 && !pi.Connected
 }
 
 // RankedPeer is one peer's place in the dispatcher's current order for a

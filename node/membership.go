@@ -379,7 +379,7 @@ func (m *membership) hasPeer() bool {
 // reportBootstrap logs, in one line, why a bootstrap peer did not answer
 // and when it is tried again: at warn level, or at debug when quiet.
 func (m *membership) reportBootstrap(ai peer.AddrInfo, err error, retry time.Duration, quiet bool) {
-	log := m.log.WithFields(logrus.Fields{"peer": ai.ID.String(), "retry_in": retry.String()})
+	log := m.log.WithFields(logrus.Fields{"peer": ai.ID.String(), "retry_in_ms": retry.Milliseconds()})
 	var msg string
 	if ne := (*networkError)(nil); errors.As(err, &ne) {
 		if ne.addr != nil {

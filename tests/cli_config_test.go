@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -279,4 +280,39 @@ func TestCLI_Environment(t *testing.T) {
 			t.Errorf("a typo: exit %d: %s", r.code, r.stderr)
 		}
 	})
+}
+
+// TestCLI_ConfigChecksTheAPIToken: config validate and config print check
+// the API's address and token as node start does, with --api-token-file:
+// an exposed API without a token, or with a guessable one, exits 2 naming
+// why; a random token from a file passes and shows as set from a flag.
+func TestCLI_ConfigChecksTheAPIToken(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	bin := buildBinary(t)
+	tokenFile := func(token string) string {
+		path := filepath.Join(t.TempDir(), "token")
+		if err := os.WriteFile(path, []byte(token+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	weak, good := tokenFile("aaaaaaaaaaaaaaaa"), tokenFile("6f1c9e0a7b3d24e85f9a0c1b")
+	for _, cmd := range [][]string{{"config", "validate"}, {"config", "print"}} {
+		name := strings.Join(cmd, " ")
+		if r := runCLIEnv(t, bin, nil, append(cmd, "--api", "0.0.0.0:7400")...); r.code != 2 || !strings.Contains(r.stderr, "not loopback: set api-token") {
+			t.Errorf("%s, exposed without a token: exit %d, stderr %q; want 2 naming the token", name, r.code, r.stderr)
+		}
+		if r := runCLIEnv(t, bin, nil, append(cmd, "--api", "0.0.0.0:7400", "--api-token-file", weak)...); r.code != 2 || !strings.Contains(r.stderr, "too easy to guess") {
+			t.Errorf("%s, a guessable token: exit %d, stderr %q; want 2 saying it is too easy to guess", name, r.code, r.stderr)
+		}
+		r := runCLIEnv(t, bin, nil, append(cmd, "--api", "0.0.0.0:7400", "--api-token-file", good)...)
+		if r.code != 0 {
+			t.Errorf("%s, a random token: exit %d, stderr %q; want 0", name, r.code, r.stderr)
+		}
+		if cmd[1] == "print" && !regexp.MustCompile(`api-token\s+\(set, hidden\)\s+flag`).MatchString(r.stdout) {
+			t.Errorf("config print does not show the token as set from a flag:\n%s", r.stdout)
+		}
+	}
 }

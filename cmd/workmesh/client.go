@@ -19,6 +19,7 @@ import (
 
 	"github.com/workmesh/workmesh/config"
 	"github.com/workmesh/workmesh/node/apiv1"
+	"github.com/workmesh/workmesh/node/httpapi"
 	"github.com/workmesh/workmesh/workers/builtin"
 )
 
@@ -97,6 +98,23 @@ func loadTokenFile(cmd *cobra.Command) error {
 		return err
 	}
 	cmd.SetContext(context.WithValue(cmd.Context(), tokenKey{}, tok))
+	return nil
+}
+
+// takeTokenFile sets cfg's api-token from --api-token-file, when it was
+// given, and checks the API's exposure with the token it ends up with (as
+// node start does before it listens): node start, config validate and
+// config print apply the same rule.
+func takeTokenFile(cmd *cobra.Command, cfg *config.Config) error {
+	if tok := tokenFrom(cmd.Context()); tok != "" {
+		if cfg.Access.APIToken != "" {
+			return usageError{fmt.Errorf("--%s and the api-token setting: give one, not both", tokenFileFlag)}
+		}
+		cfg.Access.APIToken = tok
+	}
+	if err := httpapi.CheckExposure(cfg.Node.API, cfg.Access.APIToken); err != nil {
+		return usageError{fmt.Errorf("config: %w", err)}
+	}
 	return nil
 }
 

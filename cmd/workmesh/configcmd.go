@@ -72,6 +72,9 @@ func newConfigValidateCommand() *cobra.Command {
 			if err != nil {
 				return configError(err)
 			}
+			if err := checkAPI(cmd, configFile); err != nil {
+				return err
+			}
 			set := map[config.Source]int{}
 			for _, s := range settings {
 				set[s.Source]++
@@ -89,7 +92,18 @@ func newConfigValidateCommand() *cobra.Command {
 	registerSettingCompletions(cmd)
 	cmd.Flags().StringVar(&configFile, "config", "", "YAML file with settings, as for `node start`")
 	cmd.MarkFlagFilename("config", "yaml", "yml")
+	addTokenFileFlag(cmd, "the api-token, as node start would")
 	return cmd
+}
+
+// checkAPI checks the API's address and token as node start would, with
+// --api-token-file when given.
+func checkAPI(cmd *cobra.Command, configFile string) error {
+	cfg, err := config.Load(settingsOptions(cmd, configFile))
+	if err != nil {
+		return configError(err)
+	}
+	return takeTokenFile(cmd, &cfg)
 }
 
 // configSetting is one line of `config print --output json|yaml`.
@@ -120,11 +134,17 @@ func newConfigPrintCommand() *cobra.Command {
 			if err != nil {
 				return configError(err)
 			}
+			if err := checkAPI(cmd, configFile); err != nil {
+				return err
+			}
 			out := make([]configSetting, len(settings))
 			for i, s := range settings {
 				out[i] = configSetting{Key: s.Key, Value: s.Value, Source: string(s.Source)}
 				if secret(s.Key) && s.Value != "" {
 					out[i].Value = hiddenValue
+				}
+				if s.Key == "api-token" && tokenFrom(cmd.Context()) != "" {
+					out[i].Value, out[i].Source = hiddenValue, string(config.SourceFlag)
 				}
 			}
 			if output != outputText {
@@ -134,6 +154,7 @@ func newConfigPrintCommand() *cobra.Command {
 		},
 	}
 	config.BindFlags(cmd.Flags())
+	addTokenFileFlag(cmd, "the api-token, as node start would")
 	registerSettingCompletions(cmd)
 	cmd.Flags().StringVar(&configFile, "config", "", "YAML file with settings, as for `node start`")
 	addOutputFlag(cmd, &output, outputTable)

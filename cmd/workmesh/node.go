@@ -60,11 +60,8 @@ func newNodeStartCommand() *cobra.Command {
 			if err != nil {
 				return configError(err)
 			}
-			if tok := tokenFrom(cmd.Context()); tok != "" {
-				if cfg.Access.APIToken != "" {
-					return usageError{fmt.Errorf("--%s and the api-token setting: give one, not both", tokenFileFlag)}
-				}
-				cfg.Access.APIToken = tok
+			if err := takeTokenFile(cmd, &cfg); err != nil {
+				return err
 			}
 			// Checked here, before anything starts, so that a typo in a
 			// bootstrap address is a usage error naming it.

@@ -199,3 +199,26 @@ func ranking(r []selection.Ranked, name func(string) string) string {
 	}
 	return s
 }
+
+// A worker so far away (1.2s of round trip) that the health ping's floor
+// (connect-timeout, 1s) would time out its first poll still becomes alive
+// and serves with every default: the first contact's waits start from the
+// round trip the QUIC connection itself measured.
+func TestDispatch_VeryFarWorkerFirstContact(t *testing.T) {
+	const delay = 600 * time.Millisecond
+	hits := newHitCounter()
+	gw, far, relay := startFar(t, hits, delay)
+	testkit.WaitFor(t, 30*time.Second, "gateway ranks the very far worker alive", func() error {
+		r := gw.disp.Selector().Ranking("work")
+		if len(r) != 1 || r[0].State != selection.StateAlive {
+			return fmt.Errorf("ranking%s", ranking(r, peerName(gw, far)))
+		}
+		return nil
+	}, gw.node.Peers().Changed)
+	throughRelay(t, gw, far, relay)
+	name := peerName(gw, far)
+	res := gw.disp.Dispatch(context.Background(), dispatch.WorkRequest{ID: "very-far", Type: "work"})
+	if res.Status != apiv1.StatusOK || name(res.Worker) != "far" || res.Duration < 2*delay {
+		t.Fatalf("want ok by far, through the relay: %s", describe(res, name))
+	}
+}

@@ -3,7 +3,9 @@ package dispatch
 import (
 	"time"
 
+	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/quic-go/quic-go"
 )
 
 // The waits that bound a peer's answer, the accept frame of a work request
@@ -12,18 +14,36 @@ import (
 // wait is rtt-factor round trips plus rtt-margin, never below the setting
 // that bounds a near peer's answer and never above peer-wait-max. The
 // round trip is the last good health ping's (the dispatcher's own
-// metrics), or before the first one the peerstore's smoothed latency: what
-// the connection measured when this node dialed it (connect records it),
-// and libp2p's ping when that runs.
+// metrics), or before the first one what the connection measured: QUIC's
+// smoothed round trip on the connection to the peer, else the peerstore's
+// latency (connect records how long its dial took, libp2p's ping records
+// what it measures).
 
 // peerRTT returns the round trip of the peer with raw ID id that this node
 // measured, and whether it has measured one.
 func (d *Dispatcher) peerRTT(id string) (time.Duration, bool) {
 	if rtt, ok := d.metrics.lastRTT(id); ok {
-		return rtt, true
+		return rtt, true // the common case: no lock, no allocation
 	}
-	rtt := d.node.Host().Peerstore().LatencyEWMA(peer.ID(id))
+	h := d.node.Host()
+	rtt := connRTT(h, peer.ID(id))
+	if rtt == 0 {
+		rtt = h.Peerstore().LatencyEWMA(peer.ID(id))
+	}
 	return rtt, rtt > 0
+}
+
+// connRTT returns the smoothed round trip QUIC measured on the connections
+// to p (the largest, when there are several), or 0 when none is QUIC.
+func connRTT(h host.Host, p peer.ID) time.Duration {
+	var rtt time.Duration
+	for _, c := range h.Network().ConnsToPeer(p) {
+		var qc *quic.Conn
+		if c.As(&qc) && qc != nil {
+			rtt = max(rtt, qc.ConnectionStats().SmoothedRTT)
+		}
+	}
+	return rtt
 }
 
 // waitFor returns the wait for an answer from a peer rtt away: floor for a

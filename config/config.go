@@ -57,13 +57,23 @@ type NodeConfig struct {
 // first six defaults come from the remote-worker-selection design workmesh
 // learns from; connect-timeout is workmesh's own.
 type WorkerConfig struct {
-	// WorkerTimeout bounds one remote attempt from sending the request to
-	// receiving its result; a request whose own timeout is longer lifts it,
-	// so long work is not cut short.
+	// WorkerTimeout bounds the wait for a remote worker to accept a request
+	// (its first response frame) while the worker's round trip is not
+	// measured yet: it bounds a worker that has gone silent, never work that
+	// runs, which only the request's deadline bounds.
 	WorkerTimeout time.Duration `koanf:"worker-timeout"`
-	// WorkerResponseTimeout bounds the wait for a remote worker to accept a
-	// request (its first response frame) after it was sent.
+	// WorkerResponseTimeout is the least wait for a remote worker to accept
+	// a request after it was sent; a worker whose measured round trip asks
+	// for more (RTTFactor times it plus RTTMargin) is given that, up to
+	// PeerWaitMax.
 	WorkerResponseTimeout time.Duration `koanf:"worker-response-timeout"`
+	// RTTFactor scales a peer's measured round trip into the wait for its
+	// answer (the accept frame, the health ping).
+	RTTFactor float64 `koanf:"rtt-factor"`
+	// RTTMargin is added to RTTFactor times a peer's round trip.
+	RTTMargin time.Duration `koanf:"rtt-margin"`
+	// PeerWaitMax bounds every wait derived from a peer's round trip.
+	PeerWaitMax time.Duration `koanf:"peer-wait-max"`
 	// MaxRetries bounds the attempts after the first one, per request.
 	MaxRetries int `koanf:"max-retries"`
 	// MaxSpawnAttempts bounds how often the local worker is asked to take a
@@ -250,6 +260,9 @@ func Defaults() Config {
 		Worker: WorkerConfig{
 			WorkerTimeout:         500 * time.Millisecond,
 			WorkerResponseTimeout: 250 * time.Millisecond,
+			RTTFactor:             3,
+			RTTMargin:             100 * time.Millisecond,
+			PeerWaitMax:           5 * time.Second,
 			MaxRetries:            1,
 			MaxSpawnAttempts:      3,
 			WorkerBufferSize:      100,

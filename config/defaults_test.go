@@ -27,6 +27,9 @@ var pinnedDefaults = map[string]any{
 
 	"worker-timeout":          500 * time.Millisecond,
 	"worker-response-timeout": 250 * time.Millisecond,
+	"rtt-factor":              3.0,
+	"rtt-margin":              100 * time.Millisecond,
+	"peer-wait-max":           5 * time.Second,
 	"max-retries":             1,
 	"max-spawn-attempts":      3,
 	"worker-buffer-size":      100,
@@ -87,7 +90,7 @@ var pinnedFields = map[string]int{
 	"HTTPConfig":           2,
 	"JSONRPCConfig":        3,
 	"NodeConfig":           12,
-	"WorkerConfig":         9,
+	"WorkerConfig":         12,
 	"SelectionConfig":      1,
 	"LivenessConfig":       5,
 	"RatingConfig":         8,

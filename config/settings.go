@@ -31,8 +31,11 @@ var help = map[string]string{
 	"log-format":        "log format: text or json",
 	"drain-timeout":     "on SIGINT or SIGTERM, how long node start waits for work in progress after withdrawing its work types; 0 stops at once",
 
-	"worker-timeout":          "upper bound on one remote attempt, from sending the request to its result; a request with a longer timeout of its own lifts it",
-	"worker-response-timeout": "upper bound on the wait for a remote worker to accept a request (say it took it on), before it is given up and the next one tried; at most worker-timeout",
+	"worker-timeout":          "upper bound on the wait for a remote worker whose round trip is not measured yet to accept a request (say it took it on); it bounds a silent worker only: work that runs is bounded by the request's own timeout",
+	"worker-response-timeout": "least wait for a remote worker to accept a request before it is given up and the next one tried; a far worker gets rtt-factor times its round trip plus rtt-margin, up to peer-wait-max; at most worker-timeout",
+	"rtt-factor":              "how many of a peer's measured round trips the wait for its answer (accept frame, health ping) allows, before rtt-margin is added",
+	"rtt-margin":              "time added to rtt-factor times a peer's round trip in the wait for its answer",
+	"peer-wait-max":           "upper bound on every wait for a peer's answer derived from its round trip; at least worker-timeout",
 	"max-retries":             "maximum attempts after the first one, per request",
 	"max-spawn-attempts":      "how many times a request is offered to this node's own worker while it answers busy (all its slots and queue taken), retry-delay apart; each offer is a spawn attempt",
 	"worker-buffer-size":      "maximum requests waiting in the local worker's queue",
@@ -118,6 +121,7 @@ var group = map[string]string{
 	"api": "api",
 
 	"labels": "work", "work-types": "work", "worker-timeout": "work", "worker-response-timeout": "work",
+	"rtt-factor": "work", "rtt-margin": "work", "peer-wait-max": "work",
 	"max-retries": "work", "max-spawn-attempts": "work", "worker-buffer-size": "work",
 	"max-remote-workers": "work", "connect-timeout": "work", "retry-delay": "work",
 	"local-concurrency": "work", "hedge-delay": "work", "hedge-max-count": "work",

@@ -84,6 +84,8 @@ const (
 	maxNetworkLen = 64
 	// maxWorkerBufferSize bounds the local queue, which is allocated up front.
 	maxWorkerBufferSize = 1 << 20
+	// maxRTTFactor keeps a wait derived from a round trip meaningful.
+	maxRTTFactor = 100
 )
 
 // Validate reports every setting that is out of bounds or inconsistent with
@@ -180,6 +182,14 @@ func (w *WorkerConfig) Validate() error {
 	positive(&c, "worker-response-timeout", w.WorkerResponseTimeout)
 	if w.WorkerTimeout > 0 && w.WorkerResponseTimeout > w.WorkerTimeout {
 		c.pairf("worker-response-timeout", "worker-timeout", "worker-response-timeout %s must be <= worker-timeout %s", w.WorkerResponseTimeout, w.WorkerTimeout)
+	}
+	if !(w.RTTFactor >= 1 && w.RTTFactor <= maxRTTFactor) { // NaN fails too
+		c.failf("rtt-factor", "rtt-factor %g must be between 1 and %d", w.RTTFactor, maxRTTFactor)
+	}
+	notNegative(&c, "rtt-margin", w.RTTMargin)
+	positive(&c, "peer-wait-max", w.PeerWaitMax)
+	if w.PeerWaitMax > 0 && w.WorkerTimeout > w.PeerWaitMax {
+		c.pairf("peer-wait-max", "worker-timeout", "peer-wait-max %s must be >= worker-timeout %s", w.PeerWaitMax, w.WorkerTimeout)
 	}
 	atLeast(&c, "max-retries", w.MaxRetries, 0)
 	atLeast(&c, "max-spawn-attempts", w.MaxSpawnAttempts, 1)

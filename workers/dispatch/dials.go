@@ -3,6 +3,7 @@ package dispatch
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -91,8 +92,15 @@ func (d *Dispatcher) connect(ctx context.Context, id string) error {
 	}
 	cctx, cancel := context.WithTimeout(ctx, d.cfg.Worker.ConnectTimeout)
 	defer cancel()
+	start := time.Now()
 	if err := h.Connect(cctx, info); err != nil {
 		return &dialError{timeout: d.cfg.Worker.ConnectTimeout, err: err}
+	}
+	if h.Peerstore().LatencyEWMA(pid) == 0 {
+		// The dial's handshake took about one round trip (a little more):
+		// until the first health ping measures it, that is the round trip
+		// the waits for the peer's answers start from.
+		h.Peerstore().RecordLatency(pid, time.Since(start))
 	}
 	return nil
 }

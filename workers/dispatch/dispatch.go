@@ -39,9 +39,8 @@ type WorkRequest struct {
 	Type string
 	// Payload is the work's input.
 	Payload []byte
-	// Timeout bounds the whole request; zero means DefaultRequestTimeout.
-	// When larger than worker-timeout it also bounds each remote attempt,
-	// so long work is not cut short by the per-attempt default.
+	// Timeout bounds the whole request, each of its remote attempts
+	// included; zero means DefaultRequestTimeout.
 	Timeout time.Duration
 	// Labels a remote worker must carry.
 	Labels []string

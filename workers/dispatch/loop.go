@@ -300,7 +300,7 @@ func (d *Dispatcher) decided(r attemptResult, res *WorkResult) {
 }
 
 // attempt runs one remote attempt: connect within connect-timeout, then the
-// work protocol within the attempt's deadline.
+// work protocol within the request's deadline.
 func (d *Dispatcher) attempt(ctx context.Context, req WorkRequest, pk selection.Pick, dials *dials) attemptResult {
 	start := time.Now()
 	r := attemptResult{pick: pk}
@@ -312,16 +312,13 @@ func (d *Dispatcher) attempt(ctx context.Context, req WorkRequest, pk selection.
 		}
 		return r
 	}
-	actx := ctx
-	per := max(d.cfg.Worker.WorkerTimeout, req.Timeout)
-	if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > per {
-		var cancel context.CancelFunc
-		actx, cancel = context.WithTimeout(ctx, per)
-		defer cancel()
-	}
-	resp, err := d.client.Do(actx, id, protocol.Request{
+	// The request's deadline (ctx's) bounds the attempt: work that runs
+	// may take all of it. What bounds a worker that has gone silent is the
+	// accept timeout: a worker that has not taken the work within it is
+	// given up, and the request goes on to the next candidate.
+	resp, err := d.client.Do(ctx, id, protocol.Request{
 		ID: req.ID, Type: req.Type, Payload: req.Payload,
-		AcceptTimeout: d.cfg.Worker.WorkerResponseTimeout,
+		AcceptTimeout: d.acceptWait(pk.Peer),
 	})
 	r.dur = time.Since(start)
 	r.resp, r.err = resp, err

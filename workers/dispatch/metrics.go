@@ -37,6 +37,10 @@ type dispatchMetrics struct {
 
 	mu    sync.Mutex
 	lastP map[string]pollSample // by raw peer ID
+	// rtts is the round trip of each peer's last good poll (a
+	// time.Duration, by raw peer ID), apart from lastP so that the request
+	// path reads it without taking mu.
+	rtts sync.Map
 }
 
 // pollSample is the last health poll of one peer.
@@ -117,6 +121,9 @@ func (m *dispatchMetrics) poll(id string, rtt time.Duration, err error, now time
 		m.polls.WithLabelValues("failed").Inc()
 		return
 	}
+	if rtt > 0 {
+		m.rtts.Store(id, rtt)
+	}
 	m.polls.WithLabelValues("ok").Inc()
 	m.pollRTT.Observe(rtt.Seconds())
 }
@@ -129,6 +136,17 @@ func (m *dispatchMetrics) lastPoll(id string) (pollSample, bool) {
 	return s, ok
 }
 
+// lastRTT returns the round trip of the last good poll of the peer with
+// raw ID id, if it had one. It takes no lock and allocates nothing.
+func (m *dispatchMetrics) lastRTT(id string) (time.Duration, bool) {
+	v, ok := m.rtts.Load(id)
+	if !ok {
+		return 0, false
+	}
+	rtt, ok := v.(time.Duration)
+	return rtt, ok
+}
+
 // retain forgets the polls of peers that are no longer in keep.
 func (m *dispatchMetrics) retain(keep map[string]bool) {
 	m.mu.Lock()
@@ -136,6 +154,7 @@ func (m *dispatchMetrics) retain(keep map[string]bool) {
 	for id := range m.lastP {
 		if !keep[id] {
 			delete(m.lastP, id)
+			m.rtts.Delete(id)
 		}
 	}
 }

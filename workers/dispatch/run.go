@@ -105,11 +105,7 @@ func (d *Dispatcher) poll(ctx context.Context, id string) {
 	pid := peer.ID(id)
 	var err error
 	var rtt time.Duration
-	timeout := d.cfg.Worker.ConnectTimeout
-	if pi := d.cfg.Liveness.PollInterval; pi > 0 && pi < timeout {
-		timeout = pi
-	}
-	pctx, cancel := context.WithTimeout(ctx, timeout)
+	pctx, cancel := context.WithTimeout(ctx, d.pollWait(id))
 	defer cancel()
 	if err = d.connect(pctx, id); err == nil {
 		rtt, _, err = d.node.Ping(pctx, pid)

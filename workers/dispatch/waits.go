@@ -1,0 +1,84 @@
+package dispatch
+
+import (
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/quic-go/quic-go"
+)
+
+// The waits that bound a peer's answer, the accept frame of a work request
+// and the health ping, start from the peer's measured round trip: a worker
+// far away answers later than a near one without being any less alive. A
+// wait is rtt-factor round trips plus rtt-margin, never below the setting
+// that bounds a near peer's answer and never above peer-wait-max. The
+// round trip is the last good health ping's (the dispatcher's own
+// metrics), or before the first one what the connection measured: QUIC's
+// smoothed round trip on the connection to the peer, else the peerstore's
+// latency (connect records how long its dial took, libp2p's ping records
+// what it measures).
+
+// peerRTT returns the round trip of the peer with raw ID id that this node
+// measured, and whether it has measured one.
+func (d *Dispatcher) peerRTT(id string) (time.Duration, bool) {
+	if rtt, ok := d.metrics.lastRTT(id); ok {
+		return rtt, true // the common case: no lock, no allocation
+	}
+	h := d.node.Host()
+	rtt := connRTT(h, peer.ID(id))
+	if rtt == 0 {
+		rtt = h.Peerstore().LatencyEWMA(peer.ID(id))
+	}
+	return rtt, rtt > 0
+}
+
+// connRTT returns the smoothed round trip QUIC measured on the connections
+// to p (the largest, when there are several), or 0 when none is QUIC.
+func connRTT(h host.Host, p peer.ID) time.Duration {
+	var rtt time.Duration
+	for _, c := range h.Network().ConnsToPeer(p) {
+		var qc *quic.Conn
+		if c.As(&qc) && qc != nil {
+			rtt = max(rtt, qc.ConnectionStats().SmoothedRTT)
+		}
+	}
+	return rtt
+}
+
+// waitFor returns the wait for an answer from a peer rtt away: floor for a
+// near peer, rtt-factor round trips plus rtt-margin for a far one, never
+// more than peer-wait-max (unless floor itself is more).
+func (d *Dispatcher) waitFor(rtt, floor time.Duration) time.Duration {
+	w := d.cfg.Worker
+	scaled := time.Duration(w.RTTFactor*float64(rtt)) + w.RTTMargin
+	return max(floor, min(scaled, w.PeerWaitMax))
+}
+
+// acceptWait returns how long the peer with raw ID id is given to accept
+// a work request. A peer whose round trip is not measured yet is given
+// worker-timeout: that bounds a worker that has gone silent, not one far
+// away.
+func (d *Dispatcher) acceptWait(id string) time.Duration {
+	w := d.cfg.Worker
+	rtt, ok := d.peerRTT(id)
+	if !ok {
+		return w.WorkerTimeout
+	}
+	return d.waitFor(rtt, w.WorkerResponseTimeout)
+}
+
+// pollWait returns how long a health poll of the peer with raw ID id may
+// take: connect-timeout, or poll-interval when that is shorter, for a near
+// peer; more for one whose round trip asks for it.
+func (d *Dispatcher) pollWait(id string) time.Duration {
+	floor := d.cfg.Worker.ConnectTimeout
+	if pi := d.cfg.Liveness.PollInterval; pi > 0 && pi < floor {
+		floor = pi
+	}
+	rtt, ok := d.peerRTT(id)
+	if !ok {
+		return floor
+	}
+	return d.waitFor(rtt, floor)
+}

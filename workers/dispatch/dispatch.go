@@ -43,7 +43,8 @@ type WorkRequest struct {
 	// When larger than worker-timeout it also bounds each remote attempt,
 	// so long work is not cut short by the per-attempt default.
 	Timeout time.Duration
-	// Labels a remote worker must carry.
+	// Labels the worker must carry: a remote one, or this node (its
+	// configured labels) for the local worker to run it.
 	Labels []string
 	// MinHead is the position the request names, if any.
 	MinHead *uint64
@@ -245,10 +246,8 @@ func (d *Dispatcher) InFlight() int { return int(d.requests.Active()) }
 // fallback runs the request on the local worker when no remote attempt
 // decided it and the plan allows it.
 func (d *Dispatcher) fallback(ctx context.Context, req WorkRequest, plan *selection.Plan, res WorkResult) WorkResult {
-	local := d.pool != nil
-	if local {
-		_, local = d.pool.Registry().Get(req.Type)
-	}
+	localWhy := d.localRefusal(req.Type, req.Labels)
+	local := localWhy == ""
 	if ctx.Err() != nil {
 		res.cutShort(ctx, req)
 		return res
@@ -256,7 +255,7 @@ func (d *Dispatcher) fallback(ctx context.Context, req WorkRequest, plan *select
 	if !plan.FallbackAllowed() || !local {
 		why := res.Explanation
 		if !local {
-			why += "; the local worker does not serve " + req.Type
+			why += "; " + localWhy
 		}
 		if len(res.Attempts) > 0 {
 			res.Status = apiv1.StatusFailed
@@ -264,7 +263,7 @@ func (d *Dispatcher) fallback(ctx context.Context, req WorkRequest, plan *select
 		} else {
 			res.Status = apiv1.StatusUnavailable
 			res.Error = "no worker could take the work: " + why
-			if offer := d.onOffer(); !local && !slices.Contains(offer, req.Type) {
+			if offer := d.onOffer(); !local && !d.serves(req.Type) && !slices.Contains(offer, req.Type) {
 				res.Error += "; on offer: " + dash(strings.Join(offer, ", "))
 			}
 		}
@@ -299,6 +298,35 @@ func (d *Dispatcher) fallback(ctx context.Context, req WorkRequest, plan *select
 		}
 		return res
 	}
+}
+
+// serves reports whether the local worker serves workType.
+func (d *Dispatcher) serves(workType string) bool {
+	if d.pool == nil {
+		return false
+	}
+	_, ok := d.pool.Registry().Get(workType)
+	return ok
+}
+
+// localRefusal says why the local worker may not run a request of
+// workType that requires labels, or "" when it may. A request's required
+// labels hold for the local worker as for any remote one: it runs the
+// request only when this node carries every one of them (node labels).
+func (d *Dispatcher) localRefusal(workType string, labels []string) string {
+	if !d.serves(workType) {
+		return "the local worker does not serve " + workType
+	}
+	var missing []string
+	for _, l := range labels {
+		if !slices.Contains(d.cfg.Node.Labels, l) && !slices.Contains(missing, l) {
+			missing = append(missing, l)
+		}
+	}
+	if len(missing) > 0 {
+		return "the local node lacks label " + strings.Join(missing, ", ") + " (its labels: " + dash(strings.Join(d.cfg.Node.Labels, ", ")) + ")"
+	}
+	return ""
 }
 
 // onOffer returns, sorted, the work types on offer in the network now: those

@@ -57,15 +57,12 @@ func (d *Dispatcher) Plan(req apiv1.PlanRequest) apiv1.PlanView {
 	}
 
 	v.Groups, v.Excluded = planGroups(lb, cands)
-	local := d.pool != nil
-	if local {
-		_, local = d.pool.Registry().Get(req.Type)
-	}
+	localWhy := d.localRefusal(req.Type, req.Labels)
 	switch {
 	case !plan.FallbackAllowed():
 		v.FallbackNote = "beyond every head the one remote answer is final"
-	case !local:
-		v.FallbackNote = "the local worker does not serve " + req.Type
+	case localWhy != "":
+		v.FallbackNote = localWhy
 	default:
 		v.Fallback = true
 	}

@@ -115,6 +115,15 @@ func (p *Plan) Idempotent() bool { return p.req.Idempotent }
 // candidate's head: one attempt, its empty answer final, no fallback.
 func (p *Plan) BeyondHead() bool { return p.beyondHead }
 
+// HasCandidates reports whether any peer advertises the request's work type,
+// whatever its labels, head or liveness.
+func (p *Plan) HasCandidates() bool { return p.view != nil && len(p.view.all) > 0 }
+
+// AnyHead reports whether any peer advertising the request's work type
+// advertises a head for it: a type no peer has a head for cannot serve a
+// request that names a position, unless the local worker can.
+func (p *Plan) AnyHead() bool { return p.view != nil && p.view.anyHead }
+
 // FallbackAllowed reports whether the local worker may serve the request
 // when no remote attempt succeeded. Beyond every head it may not: the empty
 // answer is the truth and the local worker cannot know better.

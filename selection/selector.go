@@ -256,7 +256,9 @@ type typeView struct {
 	// headsKnown: every candidate advertises a head, so "above every head"
 	// can be decided. One unknown head makes the rule fail open.
 	headsKnown bool
-	rr         *atomic.Uint64 // round-robin position, carried from one snapshot to the next
+	// anyHead: at least one candidate advertises a head.
+	anyHead bool
+	rr      *atomic.Uint64 // round-robin position, carried from one snapshot to the next
 }
 
 // snapshot is an immutable ranking; requests read it with one atomic load.
@@ -349,6 +351,7 @@ func (s *Selector) buildView(name string, entries []*entry) *typeView {
 	for _, e := range entries {
 		if e.hasHead {
 			tv.maxHead = max(tv.maxHead, e.head)
+			tv.anyHead = true
 		} else {
 			tv.headsKnown = false
 		}

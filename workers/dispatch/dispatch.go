@@ -221,6 +221,11 @@ func (d *Dispatcher) Dispatch(ctx context.Context, req WorkRequest) WorkResult {
 		sreq.MinHead, sreq.HasMinHead = *req.MinHead, true
 	}
 	plan := d.sel.Plan(sreq)
+	if why := d.headRefusal(req.Type, req.MinHead, plan); why != "" {
+		res := WorkResult{RequestID: req.ID, Status: apiv1.StatusUnavailable, Error: why, Duration: time.Since(start)}
+		d.observe(req, res, plan)
+		return res
+	}
 	res := d.remote(ctx, req, plan)
 	if res.Status == "" {
 		res = d.fallback(ctx, req, plan, res)
@@ -327,6 +332,29 @@ func (d *Dispatcher) localRefusal(workType string, labels []string) string {
 		return "the local node lacks label " + strings.Join(missing, ", ") + " (its labels: " + dash(strings.Join(d.cfg.Node.Labels, ", ")) + ")"
 	}
 	return ""
+}
+
+// headRefusal says why a request naming minHead cannot be served at all,
+// or "": its work type has no heads anywhere (no peer advertises a head for
+// it and the local worker's handler has no positions), so no worker could
+// tell whether it holds that position. A type nobody serves is left to the
+// usual "no worker" answer, and a type with heads whose heads are not known
+// yet fails open.
+func (d *Dispatcher) headRefusal(workType string, minHead *uint64, plan *selection.Plan) string {
+	if minHead == nil || plan.AnyHead() {
+		return ""
+	}
+	served := d.serves(workType)
+	if served {
+		h, _ := d.pool.Registry().Get(workType)
+		if _, ok := h.(workers.HeadReporter); ok {
+			return ""
+		}
+	}
+	if !served && !plan.HasCandidates() {
+		return ""
+	}
+	return fmt.Sprintf("min_head %d: work type %s has no heads (no peer advertises a head for it and the local worker has none), so no worker can serve a position; send it without min_head", *minHead, workType)
 }
 
 // onOffer returns, sorted, the work types on offer in the network now: those

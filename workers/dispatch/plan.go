@@ -59,6 +59,10 @@ func (d *Dispatcher) Plan(req apiv1.PlanRequest) apiv1.PlanView {
 	v.Groups, v.Excluded = planGroups(lb, cands)
 	localWhy := d.localRefusal(req.Type, req.Labels)
 	switch {
+	case d.headRefusal(req.Type, req.MinHead, plan) != "":
+		// Nothing would be sent: the request is refused as a whole.
+		why := d.headRefusal(req.Type, req.MinHead, plan)
+		v.Order, v.FallbackNote, v.Explanation = []apiv1.PlanPick{}, why, why+"; "+v.Explanation
 	case !plan.FallbackAllowed():
 		v.FallbackNote = "beyond every head the one remote answer is final"
 	case localWhy != "":

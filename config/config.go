@@ -80,6 +80,17 @@ type WorkerConfig struct {
 	RetryDelay time.Duration `koanf:"retry-delay"`
 	// LocalConcurrency is the number of requests the local worker runs at once.
 	LocalConcurrency int `koanf:"local-concurrency"`
+	// RetryBudgetWindow is the sliding window of the retry budget, which
+	// bounds the retries of all requests together: within it, retries may
+	// be at most RetryBudgetRatio of the requests plus
+	// RetryBudgetMinPerSecond for every second of it. Zero turns the budget
+	// off (only max-retries and max-remote-workers bound retries).
+	RetryBudgetWindow time.Duration `koanf:"retry-budget-window"`
+	// RetryBudgetRatio is the share of recent requests that may be retried.
+	RetryBudgetRatio float64 `koanf:"retry-budget-ratio"`
+	// RetryBudgetMinPerSecond is the retries per second allowed whatever
+	// the ratio, so that a node with few requests still retries them.
+	RetryBudgetMinPerSecond float64 `koanf:"retry-budget-min-per-second"`
 }
 
 // Selection modes.
@@ -250,13 +261,19 @@ func Defaults() Config {
 		Worker: WorkerConfig{
 			WorkerTimeout:         500 * time.Millisecond,
 			WorkerResponseTimeout: 250 * time.Millisecond,
-			MaxRetries:            1,
-			MaxSpawnAttempts:      3,
-			WorkerBufferSize:      100,
-			MaxRemoteWorkers:      1,
-			ConnectTimeout:        time.Second,
-			RetryDelay:            10 * time.Millisecond,
-			LocalConcurrency:      4,
+			// The seed design's single retry on a single remote worker
+			// made one dead peer fail requests; these are hard caps
+			// behind the retry budget (see README, "Retries").
+			MaxRetries:              15,
+			MaxSpawnAttempts:        3,
+			WorkerBufferSize:        100,
+			MaxRemoteWorkers:        16,
+			ConnectTimeout:          time.Second,
+			RetryDelay:              10 * time.Millisecond,
+			LocalConcurrency:        4,
+			RetryBudgetWindow:       10 * time.Second,
+			RetryBudgetRatio:        0.2,
+			RetryBudgetMinPerSecond: 10,
 		},
 		Selection: SelectionConfig{Mode: ModeRating},
 		Liveness: LivenessConfig{

@@ -102,6 +102,7 @@ type Selector struct {
 	seed         uint64
 	refreshEvery time.Duration
 	plans        atomic.Uint64 // per-plan random stream index
+	budget       *retryBudget  // nil: no retry budget
 
 	mu          sync.Mutex // guards everything below
 	peers       []Peer
@@ -132,6 +133,8 @@ func New(cfg config.Config, opts ...Option) (*Selector, error) {
 			return nil, err
 		}
 	}
+	w := cfg.Worker
+	s.budget = newRetryBudget(w.RetryBudgetWindow, w.RetryBudgetRatio, w.RetryBudgetMinPerSecond, s.clock.Now())
 	switch cfg.Selection.Mode {
 	case config.ModeRating, config.ModeRoundRobin, config.ModeRandom:
 	case "":

@@ -14,7 +14,7 @@ import (
 // cancelled, so nothing stays counted in flight.
 func (d *Dispatcher) Plan(req apiv1.PlanRequest) apiv1.PlanView {
 	// The view has no payload: a jsonrpc request shows as not hedged.
-	sreq := selection.Request{WorkType: req.Type, Labels: req.Labels, Idempotent: d.catalog.Idempotent(req.Type, nil)}
+	sreq := selection.Request{WorkType: req.Type, Labels: req.Labels, Idempotent: d.catalog.Idempotent(req.Type, nil), View: true}
 	if req.MinHead != nil {
 		sreq.MinHead, sreq.HasMinHead = *req.MinHead, true
 	}

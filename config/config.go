@@ -53,9 +53,11 @@ type NodeConfig struct {
 	DrainTimeout time.Duration `koanf:"drain-timeout"`
 }
 
-// WorkerConfig bounds how a request is sent to workers. The names and the
-// first six defaults come from the remote-worker-selection design workmesh
-// learns from; connect-timeout is workmesh's own.
+// WorkerConfig bounds how a request is sent to workers. The names of the
+// first six settings come from the remote-worker-selection design workmesh
+// learns from, and so do four of their defaults: max-retries and
+// max-remote-workers are larger, hard caps behind the retry budget (README,
+// "Retries"). connect-timeout and the retry budget are workmesh's own.
 type WorkerConfig struct {
 	// WorkerTimeout bounds one remote attempt from sending the request to
 	// receiving its result; a request whose own timeout is longer lifts it,

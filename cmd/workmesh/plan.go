@@ -63,7 +63,11 @@ func newPlanCommand() *cobra.Command {
 				printPlan(out, v)
 			}
 			if len(v.Order) == 0 && !v.Fallback {
-				return exitError{exitUnavailable, fmt.Errorf("no worker could take %s work: %s", v.WorkType, v.Explanation)}
+				why := v.Explanation
+				if v.FallbackNote != "" {
+					why += "; " + v.FallbackNote
+				}
+				return exitError{exitUnavailable, fmt.Errorf("no worker could take %s work: %s", v.WorkType, why)}
 			}
 			return nil
 		},

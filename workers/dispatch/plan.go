@@ -61,8 +61,7 @@ func (d *Dispatcher) Plan(req apiv1.PlanRequest) apiv1.PlanView {
 	switch {
 	case d.headRefusal(req.Type, req.MinHead, plan) != "":
 		// Nothing would be sent: the request is refused as a whole.
-		why := d.headRefusal(req.Type, req.MinHead, plan)
-		v.Order, v.FallbackNote, v.Explanation = []apiv1.PlanPick{}, why, why+"; "+v.Explanation
+		v.Order, v.FallbackNote = []apiv1.PlanPick{}, "the request is refused: "+d.headRefusal(req.Type, req.MinHead, plan)
 	case !plan.FallbackAllowed():
 		v.FallbackNote = "beyond every head the one remote answer is final"
 	case localWhy != "":

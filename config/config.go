@@ -35,7 +35,9 @@ type NodeConfig struct {
 	DataDir string `koanf:"data-dir"`
 	// API is the address of the local HTTP API.
 	API string `koanf:"api"`
-	// Labels are this node's group labels, used by label balancing elsewhere.
+	// Labels are this node's group labels, used by label balancing elsewhere
+	// and matched against a request's required labels before its local
+	// worker runs it.
 	Labels []string `koanf:"labels"`
 	// WorkTypes are the work types this node's local worker serves.
 	WorkTypes []string `koanf:"work-types"`

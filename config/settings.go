@@ -23,7 +23,7 @@ var help = map[string]string{
 	"bootstrap":         "full multiaddrs (with /p2p/<id>) of peers to join the network through",
 	"data-dir":          "directory that keeps the node identity (empty: $HOME/.workmesh)",
 	"api":               "host:port the local HTTP API of node start listens on (env WORKMESH_NODE_API; WORKMESH_API is the client commands' target, not this)",
-	"labels":            "group labels this node advertises for label balancing",
+	"labels":            "group labels this node advertises for label balancing; a request requiring labels runs on the local worker only when they are all here",
 	"work-types":        "work types the local worker serves",
 	"announce-interval": "time between two publications of this node's NodeData",
 	"record-ttl":        "how long a peer's NodeData stays fresh without a newer one; must exceed announce-interval",

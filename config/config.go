@@ -35,7 +35,9 @@ type NodeConfig struct {
 	DataDir string `koanf:"data-dir"`
 	// API is the address of the local HTTP API.
 	API string `koanf:"api"`
-	// Labels are this node's group labels, used by label balancing elsewhere.
+	// Labels are this node's group labels, used by label balancing elsewhere
+	// and matched against a request's required labels before its local
+	// worker runs it.
 	Labels []string `koanf:"labels"`
 	// WorkTypes are the work types this node's local worker serves.
 	WorkTypes []string `koanf:"work-types"`
@@ -53,9 +55,11 @@ type NodeConfig struct {
 	DrainTimeout time.Duration `koanf:"drain-timeout"`
 }
 
-// WorkerConfig bounds how a request is sent to workers. The names and the
-// first six defaults come from the remote-worker-selection design workmesh
-// learns from; connect-timeout is workmesh's own.
+// WorkerConfig bounds how a request is sent to workers. The names of the
+// first six settings come from the remote-worker-selection design workmesh
+// learns from, and so do four of their defaults: max-retries and
+// max-remote-workers are larger, hard caps behind the retry budget (README,
+// "Retries"). connect-timeout and the retry budget are workmesh's own.
 type WorkerConfig struct {
 	// WorkerTimeout bounds the wait for a remote worker to accept a request
 	// (its first response frame) while the worker's round trip is not
@@ -90,6 +94,17 @@ type WorkerConfig struct {
 	RetryDelay time.Duration `koanf:"retry-delay"`
 	// LocalConcurrency is the number of requests the local worker runs at once.
 	LocalConcurrency int `koanf:"local-concurrency"`
+	// RetryBudgetWindow is the sliding window of the retry budget, which
+	// bounds the retries of all requests together: within it, retries may
+	// be at most RetryBudgetRatio of the requests plus
+	// RetryBudgetMinPerSecond for every second of it. Zero turns the budget
+	// off (only max-retries and max-remote-workers bound retries).
+	RetryBudgetWindow time.Duration `koanf:"retry-budget-window"`
+	// RetryBudgetRatio is the share of recent requests that may be retried.
+	RetryBudgetRatio float64 `koanf:"retry-budget-ratio"`
+	// RetryBudgetMinPerSecond is the retries per second allowed whatever
+	// the ratio, so that a node with few requests still retries them.
+	RetryBudgetMinPerSecond float64 `koanf:"retry-budget-min-per-second"`
 }
 
 // Selection modes.
@@ -263,13 +278,19 @@ func Defaults() Config {
 			RTTFactor:             3,
 			RTTMargin:             100 * time.Millisecond,
 			PeerWaitMax:           5 * time.Second,
-			MaxRetries:            1,
-			MaxSpawnAttempts:      3,
-			WorkerBufferSize:      100,
-			MaxRemoteWorkers:      1,
-			ConnectTimeout:        time.Second,
-			RetryDelay:            10 * time.Millisecond,
-			LocalConcurrency:      4,
+			// The seed design's single retry on a single remote worker
+			// made one dead peer fail requests; these are hard caps
+			// behind the retry budget (see README, "Retries").
+			MaxRetries:              15,
+			MaxSpawnAttempts:        3,
+			WorkerBufferSize:        100,
+			MaxRemoteWorkers:        16,
+			ConnectTimeout:          time.Second,
+			RetryDelay:              10 * time.Millisecond,
+			LocalConcurrency:        4,
+			RetryBudgetWindow:       10 * time.Second,
+			RetryBudgetRatio:        0.2,
+			RetryBudgetMinPerSecond: 10,
 		},
 		Selection: SelectionConfig{Mode: ModeRating},
 		Liveness: LivenessConfig{

@@ -201,6 +201,13 @@ func (w *WorkerConfig) Validate() error {
 	positive(&c, "connect-timeout", w.ConnectTimeout)
 	notNegative(&c, "retry-delay", w.RetryDelay)
 	atLeast(&c, "local-concurrency", w.LocalConcurrency, 1)
+	notNegative(&c, "retry-budget-window", w.RetryBudgetWindow)
+	if w.RetryBudgetRatio < 0 || w.RetryBudgetRatio > 1 || math.IsNaN(w.RetryBudgetRatio) {
+		c.failf("retry-budget-ratio", "retry-budget-ratio %v must be between 0 and 1", w.RetryBudgetRatio)
+	}
+	if w.RetryBudgetMinPerSecond < 0 || math.IsNaN(w.RetryBudgetMinPerSecond) || math.IsInf(w.RetryBudgetMinPerSecond, 0) {
+		c.failf("retry-budget-min-per-second", "retry-budget-min-per-second %v must be a number >= 0", w.RetryBudgetMinPerSecond)
+	}
 	return c.join()
 }
 

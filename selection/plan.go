@@ -21,6 +21,9 @@ type Request struct {
 	HasMinHead bool
 	// Idempotent work may be hedged (sent to a second peer concurrently).
 	Idempotent bool
+	// View marks a plan that is only looked at (an operator's plan view):
+	// it is not counted by the retry budget and spends none of it.
+	View bool
 }
 
 // Pick is one peer a plan offers, with why it stands where it does.
@@ -115,6 +118,15 @@ func (p *Plan) Idempotent() bool { return p.req.Idempotent }
 // candidate's head: one attempt, its empty answer final, no fallback.
 func (p *Plan) BeyondHead() bool { return p.beyondHead }
 
+// HasCandidates reports whether any peer advertises the request's work type,
+// whatever its labels, head or liveness.
+func (p *Plan) HasCandidates() bool { return p.view != nil && len(p.view.all) > 0 }
+
+// AnyHead reports whether any peer advertising the request's work type
+// advertises a head for it: a type no peer has a head for cannot serve a
+// request that names a position, unless the local worker can.
+func (p *Plan) AnyHead() bool { return p.view != nil && p.view.anyHead }
+
 // FallbackAllowed reports whether the local worker may serve the request
 // when no remote attempt succeeded. Beyond every head it may not: the empty
 // answer is the truth and the local worker cannot know better.
@@ -132,15 +144,47 @@ func (p *Plan) Next() (Pick, bool) {
 	if p.retriesSpentLocked() || !p.budgetLocked() {
 		return Pick{}, false
 	}
+	if !p.retryBudgetLocked() {
+		return Pick{}, false
+	}
 	pk, ok := p.pickLocked(false)
 	if !ok {
 		return Pick{}, false
 	}
+	p.spendLocked()
 	if p.nexts > 0 {
 		p.retries++
 	}
 	p.nexts++
 	return pk, true
+}
+
+// retryBudgetLocked reports whether the node's retry budget allows this
+// request a retry now, noting the limit for Explain when it does not.
+func (p *Plan) retryBudgetLocked() bool {
+	b := p.s.budget
+	if b == nil || p.req.View || p.nexts == 0 {
+		return true
+	}
+	ok, retries, allowed := b.allows(p.s.clock.Now())
+	if !ok {
+		p.limitHit = fmt.Sprintf("retry budget spent (%d retries in the last %s, %d allowed)", retries, p.s.cfg.Worker.RetryBudgetWindow, allowed)
+	}
+	return ok
+}
+
+// spendLocked counts a pick Next hands out in the retry budget: the first
+// as one request of the window, any later one as a retry.
+func (p *Plan) spendLocked() {
+	b := p.s.budget
+	if b == nil || p.req.View {
+		return
+	}
+	if p.nexts == 0 {
+		b.request(p.s.clock.Now())
+	} else {
+		b.retry(p.s.clock.Now())
+	}
 }
 
 // Hedge returns a peer for a concurrent extra attempt, when the request is
@@ -316,7 +360,7 @@ func (p *Plan) Report(pk Pick, o Outcome, latency time.Duration) Verdict {
 	if p.lb != nil && p.lb.PassOnError && p.cursor < t.group+1 {
 		p.cursor = t.group + 1
 	}
-	if p.retriesSpentLocked() || !p.budgetLocked() {
+	if p.retriesSpentLocked() || !p.budgetLocked() || !p.retryBudgetLocked() {
 		return Exhausted // the limit noted says why, as when Next finds it
 	}
 	return Retry

@@ -60,11 +60,13 @@ func TestPlan_RetryBudget(t *testing.T) {
 	if want := []string{"a", "b", "c"}; !eq(got, want) {
 		t.Fatalf("max-retries 2: got %v, want %v", got, want)
 	}
-	// Defaults: one remote worker, then the local fallback.
+	// Defaults: a retryable failure goes on to the other remote worker
+	// before the local fallback (issue 17: one dead peer must not fail
+	// requests; the default used to be one remote worker).
 	s, _ = newSelector(t, config.Defaults(), peer("a"), peer("b"))
 	p := s.Plan(Request{WorkType: "sha256"})
-	if got := walk(t, p, RetryableError); len(got) != 1 || !p.FallbackAllowed() {
-		t.Fatalf("defaults: tried %v, fallback %v; want one peer then the local worker", got, p.FallbackAllowed())
+	if got := walk(t, p, RetryableError); len(got) != 2 || !p.FallbackAllowed() {
+		t.Fatalf("defaults: tried %v, fallback %v; want both peers then the local worker", got, p.FallbackAllowed())
 	}
 }
 

@@ -102,6 +102,7 @@ type Selector struct {
 	seed         uint64
 	refreshEvery time.Duration
 	plans        atomic.Uint64 // per-plan random stream index
+	budget       *retryBudget  // nil: no retry budget
 
 	mu          sync.Mutex // guards everything below
 	peers       []Peer
@@ -132,6 +133,8 @@ func New(cfg config.Config, opts ...Option) (*Selector, error) {
 			return nil, err
 		}
 	}
+	w := cfg.Worker
+	s.budget = newRetryBudget(w.RetryBudgetWindow, w.RetryBudgetRatio, w.RetryBudgetMinPerSecond, s.clock.Now())
 	switch cfg.Selection.Mode {
 	case config.ModeRating, config.ModeRoundRobin, config.ModeRandom:
 	case "":
@@ -256,7 +259,9 @@ type typeView struct {
 	// headsKnown: every candidate advertises a head, so "above every head"
 	// can be decided. One unknown head makes the rule fail open.
 	headsKnown bool
-	rr         *atomic.Uint64 // round-robin position, carried from one snapshot to the next
+	// anyHead: at least one candidate advertises a head.
+	anyHead bool
+	rr      *atomic.Uint64 // round-robin position, carried from one snapshot to the next
 }
 
 // snapshot is an immutable ranking; requests read it with one atomic load.
@@ -349,6 +354,7 @@ func (s *Selector) buildView(name string, entries []*entry) *typeView {
 	for _, e := range entries {
 		if e.hasHead {
 			tv.maxHead = max(tv.maxHead, e.head)
+			tv.anyHead = true
 		} else {
 			tv.headsKnown = false
 		}

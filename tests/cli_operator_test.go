@@ -387,9 +387,11 @@ func TestCLIOperator(t *testing.T) {
 			}
 		}
 
+		// Required labels hold for the local worker too (issue 17): the
+		// gateway has no label gpu, so nothing could take the request.
 		r = runCLI(t, bin, nil, "plan", "--api", api, "--type", "sha256", "--labels", "gpu")
-		if r.code != 0 || !strings.Contains(r.stdout, "counts: 3 candidates for work type sha256: 3 lacks label gpu") ||
-			!strings.Contains(r.stdout, "excluded: ") || !strings.Contains(r.stdout, "no remote peer; the local worker runs it") {
+		if r.code != 2 || !strings.Contains(r.stdout, "counts: 3 candidates for work type sha256: 3 lacks label gpu") ||
+			!strings.Contains(r.stdout, "excluded: ") || !strings.Contains(r.stdout, "no remote peer, and the local node lacks label gpu") {
 			t.Errorf("plan --labels gpu: exit %d\n%s", r.code, r.stdout)
 		}
 		r = runCLI(t, bin, nil, "plan", "--api", api, "--type", "nosuch")
@@ -406,7 +408,7 @@ func TestCLIOperator(t *testing.T) {
 			t.Errorf("submit --explain: exit %d\nstdout %s\nstderr %s", r.code, r.stdout, r.stderr)
 		}
 		r = runCLI(t, bin, nil, "submit", "--api", api, "--type", "echo", "--labels", "gpu", "--payload", "x")
-		if r.code != 0 || !strings.Contains(r.stderr, "ok by local") || !strings.Contains(r.stderr, "not remote because: 2 candidates for work type echo: 2 lacks label gpu") {
+		if r.code != 2 || !strings.Contains(r.stderr, "unavailable") || !strings.Contains(r.stderr, "2 candidates for work type echo: 2 lacks label gpu; the local node lacks label gpu") {
 			t.Errorf("echo --labels gpu: exit %d\n%s", r.code, r.stderr)
 		}
 		r = runCLI(t, bin, nil, "submit", "--api", api, "--type", "nosuch", "--payload", "x")
@@ -535,7 +537,12 @@ func TestCLIOperator(t *testing.T) {
 		atLeast("workmesh_requests_total", map[string]string{"work_type": "sleep", "status": "ok"}, 8)
 		atLeast("workmesh_requests_total", map[string]string{"work_type": "unknown", "status": "unavailable"}, 1)
 		atLeast("workmesh_attempts_total", map[string]string{"outcome": "success", "peer": node1}, 1)
-		atLeast("workmesh_fallbacks_total", map[string]string{"work_type": "echo"}, 1)
+		// The echo request with labels no one carries is refused, not run
+		// locally (issue 17; it used to be this test's one fallback).
+		atLeast("workmesh_requests_total", map[string]string{"work_type": "echo", "status": "unavailable"}, 1)
+		if v, ok := testkit.MetricValue(mfs, "workmesh_fallbacks_total", map[string]string{"work_type": "echo"}); ok && v > 0 {
+			t.Errorf("workmesh_fallbacks_total{work_type=echo} = %v, want none: the only echo request that was not placed remotely required label gpu", v)
+		}
 		atLeast("workmesh_polls_total", map[string]string{"result": "ok"}, 3)
 		atLeast("workmesh_peers_fresh", nil, 3)
 		atLeast("workmesh_peers_by_liveness", map[string]string{"state": "alive"}, 3)

@@ -24,7 +24,8 @@ import (
 // ratio is the median of the per-round ratios. Goal: at least 0.7.
 //
 // Settings: the shipped defaults (rating mode, rating-spread 1,
-// max-remote-workers 1, worker-timeout 500ms, poll-interval 2s), 256-byte
+// max-remote-workers 16 behind the retry budget, worker-timeout 500ms,
+// poll-interval 2s), 256-byte
 // payloads, request timeout 5s.
 func BenchmarkPerfThroughputVsBareStream(b *testing.B) {
 	const (

@@ -63,7 +63,11 @@ func newPlanCommand() *cobra.Command {
 				printPlan(out, v)
 			}
 			if len(v.Order) == 0 && !v.Fallback {
-				return exitError{exitUnavailable, fmt.Errorf("no worker could take %s work: %s", v.WorkType, v.Explanation)}
+				why := v.Explanation
+				if v.FallbackNote != "" {
+					why += "; " + v.FallbackNote
+				}
+				return exitError{exitUnavailable, fmt.Errorf("no worker could take %s work: %s", v.WorkType, why)}
 			}
 			return nil
 		},
@@ -71,7 +75,7 @@ func newPlanCommand() *cobra.Command {
 	addAPIFlag(cmd, &o.api)
 	f := cmd.Flags()
 	f.StringVarP(&o.workType, "type", "t", "", "work type, e.g. echo, sha256 or sleep (required)")
-	f.StringSliceVar(&o.labels, "labels", nil, "labels a remote worker must carry (comma-separated)")
+	f.StringSliceVar(&o.labels, "labels", nil, "labels the worker must carry, remote or local (comma-separated)")
 	f.Uint64Var(&o.minHead, "min-head", 0, "the position the request names, for work types with heads")
 	addOutputFlag(cmd, &o.output, outputText)
 	cmd.RegisterFlagCompletionFunc("type", completeWorkTypes)

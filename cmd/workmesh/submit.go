@@ -107,7 +107,7 @@ func newSubmitCommand() *cobra.Command {
 	f.StringVarP(&o.payload, "payload", "p", "", "the payload, as text")
 	f.StringVarP(&o.payloadFile, "payload-file", "f", "", "read the payload from this file")
 	f.DurationVar(&o.timeout, "timeout", 0, "bound on the whole request, e.g. 2s (0: the node's default, "+dispatch.DefaultRequestTimeout.String()+")")
-	f.StringSliceVar(&o.labels, "labels", nil, "labels a remote worker must carry (comma-separated)")
+	f.StringSliceVar(&o.labels, "labels", nil, "labels the worker must carry, remote or local (comma-separated)")
 	f.Uint64Var(&o.minHead, "min-head", 0, "the position the request names, for work types with heads")
 	f.BoolVar(&o.explain, "explain", false, "print the plan the node would follow before sending the request")
 	f.StringVar(&o.file, "file", "", "run a batch: a file of JSON requests, one a line (- for stdin)")

@@ -42,7 +42,8 @@ type WorkRequest struct {
 	// Timeout bounds the whole request, each of its remote attempts
 	// included; zero means DefaultRequestTimeout.
 	Timeout time.Duration
-	// Labels a remote worker must carry.
+	// Labels the worker must carry: a remote one, or this node (its
+	// configured labels) for the local worker to run it.
 	Labels []string
 	// MinHead is the position the request names, if any.
 	MinHead *uint64
@@ -219,6 +220,11 @@ func (d *Dispatcher) Dispatch(ctx context.Context, req WorkRequest) WorkResult {
 		sreq.MinHead, sreq.HasMinHead = *req.MinHead, true
 	}
 	plan := d.sel.Plan(sreq)
+	if why := d.headRefusal(req.Type, req.MinHead, plan); why != "" {
+		res := WorkResult{RequestID: req.ID, Status: apiv1.StatusUnavailable, Error: why, Duration: time.Since(start)}
+		d.observe(req, res, plan)
+		return res
+	}
 	res := d.remote(ctx, req, plan)
 	if res.Status == "" {
 		res = d.fallback(ctx, req, plan, res)
@@ -244,10 +250,8 @@ func (d *Dispatcher) InFlight() int { return int(d.requests.Active()) }
 // fallback runs the request on the local worker when no remote attempt
 // decided it and the plan allows it.
 func (d *Dispatcher) fallback(ctx context.Context, req WorkRequest, plan *selection.Plan, res WorkResult) WorkResult {
-	local := d.pool != nil
-	if local {
-		_, local = d.pool.Registry().Get(req.Type)
-	}
+	localWhy := d.localRefusal(req.Type, req.Labels)
+	local := localWhy == ""
 	if ctx.Err() != nil {
 		res.cutShort(ctx, req)
 		return res
@@ -255,7 +259,7 @@ func (d *Dispatcher) fallback(ctx context.Context, req WorkRequest, plan *select
 	if !plan.FallbackAllowed() || !local {
 		why := res.Explanation
 		if !local {
-			why += "; the local worker does not serve " + req.Type
+			why += "; " + localWhy
 		}
 		if len(res.Attempts) > 0 {
 			res.Status = apiv1.StatusFailed
@@ -263,7 +267,7 @@ func (d *Dispatcher) fallback(ctx context.Context, req WorkRequest, plan *select
 		} else {
 			res.Status = apiv1.StatusUnavailable
 			res.Error = "no worker could take the work: " + why
-			if offer := d.onOffer(); !local && !slices.Contains(offer, req.Type) {
+			if offer := d.onOffer(); !local && !d.serves(req.Type) && !slices.Contains(offer, req.Type) {
 				res.Error += "; on offer: " + dash(strings.Join(offer, ", "))
 			}
 		}
@@ -298,6 +302,58 @@ func (d *Dispatcher) fallback(ctx context.Context, req WorkRequest, plan *select
 		}
 		return res
 	}
+}
+
+// serves reports whether the local worker serves workType.
+func (d *Dispatcher) serves(workType string) bool {
+	if d.pool == nil {
+		return false
+	}
+	_, ok := d.pool.Registry().Get(workType)
+	return ok
+}
+
+// localRefusal says why the local worker may not run a request of
+// workType that requires labels, or "" when it may. A request's required
+// labels hold for the local worker as for any remote one: it runs the
+// request only when this node carries every one of them (node labels).
+func (d *Dispatcher) localRefusal(workType string, labels []string) string {
+	if !d.serves(workType) {
+		return "the local worker does not serve " + workType
+	}
+	var missing []string
+	for _, l := range labels {
+		if !slices.Contains(d.cfg.Node.Labels, l) && !slices.Contains(missing, l) {
+			missing = append(missing, l)
+		}
+	}
+	if len(missing) > 0 {
+		return "the local node lacks label " + strings.Join(missing, ", ") + " (its labels: " + dash(strings.Join(d.cfg.Node.Labels, ", ")) + ")"
+	}
+	return ""
+}
+
+// headRefusal says why a request naming minHead cannot be served at all,
+// or "": its work type has no heads anywhere (no peer advertises a head for
+// it and the local worker's handler has no positions), so no worker could
+// tell whether it holds that position. A type nobody serves is left to the
+// usual "no worker" answer, and a type with heads whose heads are not known
+// yet fails open.
+func (d *Dispatcher) headRefusal(workType string, minHead *uint64, plan *selection.Plan) string {
+	if minHead == nil || plan.AnyHead() {
+		return ""
+	}
+	served := d.serves(workType)
+	if served {
+		h, _ := d.pool.Registry().Get(workType)
+		if _, ok := h.(workers.HeadReporter); ok {
+			return ""
+		}
+	}
+	if !served && !plan.HasCandidates() {
+		return ""
+	}
+	return fmt.Sprintf("min_head %d: work type %s has no heads (no peer advertises a head for it and the local worker has none), so no worker can serve a position; send it without min_head", *minHead, workType)
 }
 
 // onOffer returns, sorted, the work types on offer in the network now: those

@@ -14,7 +14,7 @@ import (
 // cancelled, so nothing stays counted in flight.
 func (d *Dispatcher) Plan(req apiv1.PlanRequest) apiv1.PlanView {
 	// The view has no payload: a jsonrpc request shows as not hedged.
-	sreq := selection.Request{WorkType: req.Type, Labels: req.Labels, Idempotent: d.catalog.Idempotent(req.Type, nil)}
+	sreq := selection.Request{WorkType: req.Type, Labels: req.Labels, Idempotent: d.catalog.Idempotent(req.Type, nil), View: true}
 	if req.MinHead != nil {
 		sreq.MinHead, sreq.HasMinHead = *req.MinHead, true
 	}
@@ -57,15 +57,15 @@ func (d *Dispatcher) Plan(req apiv1.PlanRequest) apiv1.PlanView {
 	}
 
 	v.Groups, v.Excluded = planGroups(lb, cands)
-	local := d.pool != nil
-	if local {
-		_, local = d.pool.Registry().Get(req.Type)
-	}
+	localWhy := d.localRefusal(req.Type, req.Labels)
 	switch {
+	case d.headRefusal(req.Type, req.MinHead, plan) != "":
+		// Nothing would be sent: the request is refused as a whole.
+		v.Order, v.FallbackNote = []apiv1.PlanPick{}, "the request is refused: "+d.headRefusal(req.Type, req.MinHead, plan)
 	case !plan.FallbackAllowed():
 		v.FallbackNote = "beyond every head the one remote answer is final"
-	case !local:
-		v.FallbackNote = "the local worker does not serve " + req.Type
+	case localWhy != "":
+		v.FallbackNote = localWhy
 	default:
 		v.Fallback = true
 	}

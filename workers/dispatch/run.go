@@ -109,6 +109,19 @@ func (d *Dispatcher) poll(ctx context.Context, id string) {
 	defer cancel()
 	if err = d.connect(pctx, id); err == nil {
 		rtt, _, err = d.node.Ping(pctx, pid)
+		if dl, _ := pctx.Deadline(); err != nil && ctx.Err() == nil && !time.Now().Before(dl) {
+			// The peer did not answer on an open connection within its
+			// wait (the ping failed as its wait ran out: by the stream's
+			// deadline or the context's, whichever came first): it may be a killed process, which QUIC hears of only at
+			// its idle timeout, holding accepted work of this node's
+			// requests that will never be answered. Closing the connection
+			// ends those attempts now, as lost connections, and their
+			// requests go on to another worker while their deadlines allow;
+			// the next poll redials.
+			if cerr := d.node.Host().Network().ClosePeer(pid); cerr != nil {
+				d.log.WithField("peer", pid.String()).WithError(cerr).Debug("close the connection to a silent peer")
+			}
+		}
 	}
 	if ctx.Err() != nil {
 		return // shutting down: not the peer's fault

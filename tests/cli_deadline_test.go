@@ -2,8 +2,6 @@ package tests
 
 import (
 	"errors"
-	"fmt"
-	"slices"
 	"testing"
 	"time"
 
@@ -23,15 +21,7 @@ func TestCLI_LongRemoteWorkWithDefaults(t *testing.T) {
 	bin := buildBinary(t)
 	gw := startNodeProcess(t, bin, "--work-types", "echo")
 	w := startNodeProcess(t, bin, "--work-types", "sleep", "--bootstrap", gw.join)
-	if _, err := testkit.Poll(10*time.Second, func() error {
-		ids, err := peersOf(t, bin, gw.api)
-		if err == nil && slices.Contains(ids, w.peerID) {
-			return nil
-		}
-		return fmt.Errorf("%v %v", ids, err)
-	}); err != nil {
-		t.Fatalf("gateway does not list the worker: %v\nstderr:\n%s", err, gw.stderr)
-	}
+	awaitListed(t, bin, gw, w)
 	submit := func(args ...string) cliRun {
 		return runCLI(t, bin, nil, append([]string{"submit", "--api", gw.api, "--output", "json"}, args...)...)
 	}

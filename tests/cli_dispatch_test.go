@@ -5,11 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net"
 	"os"
 	"os/exec"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -139,15 +137,7 @@ func TestCLIDispatch(t *testing.T) {
 	c := startNodeProcess(t, bin, "--work-types", "sha256", "--bootstrap", a.join)
 	workers := map[string]*nodeProcess{b.peerID: b, c.peerID: c}
 
-	if _, err := testkit.Poll(10*time.Second, func() error {
-		ids, err := peersOf(t, bin, a.api)
-		if err == nil && slices.Contains(ids, b.peerID) && slices.Contains(ids, c.peerID) {
-			return nil
-		}
-		return fmt.Errorf("%v %v", ids, err)
-	}); err != nil {
-		t.Fatalf("gateway does not list both workers: %v\nstderr:\n%s", err, a.stderr)
-	}
+	awaitListed(t, bin, a, b, c)
 	submit := func(stdin []byte, args ...string) cliRun {
 		return runCLI(t, bin, stdin, append([]string{"submit", "--api", a.api}, args...)...)
 	}

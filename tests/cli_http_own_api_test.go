@@ -2,14 +2,16 @@ package tests
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/workmesh/workmesh/tests/testkit"
 )
 
 // TestHTTPWorkCannotReachTheWorkersOwnAPI starts a worker that serves the
@@ -33,22 +35,17 @@ func TestHTTPWorkCannotReachTheWorkersOwnAPI(t *testing.T) {
 		return r, decodeResponse(t, r)
 	}
 	// The gateway serves no http work itself: wait until it knows the worker.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		ids, err := peersOf(t, bin, g.api)
-		if err == nil && slices.Contains(ids, w.peerID) {
-			break
+	awaitListed(t, bin, g, w)
+	// The gateway's dispatcher takes the peer in a moment after its table:
+	// only that moment may answer unavailable (exit 2).
+	var r cliRun
+	var resp cliResponse
+	testkit.Poll(2*time.Second, func() error {
+		if r, resp = submit(other.URL); r.code == 2 {
+			return errors.New("unavailable")
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the gateway does not list the worker: %v %v\nstderr:\n%s", ids, err, g.stderr)
-		}
-		time.Sleep(50 * time.Millisecond) // polling an external process
-	}
-	r, resp := submit(other.URL)
-	for retry := time.Now().Add(2 * time.Second); r.code == 2 && time.Now().Before(retry); {
-		time.Sleep(50 * time.Millisecond) // the gateway's dispatcher takes the peer in a moment after its table
-		r, resp = submit(other.URL)
-	}
+		return nil
+	})
 	if r.code != 0 || resp.Worker != w.peerID || resp.Result == nil || !strings.Contains(*resp.Result, "other service") {
 		t.Fatalf("http work to another loopback port: exit %d, %+v; want it served by the worker %s\nstderr %s", r.code, resp, w.peerID, r.stderr)
 	}

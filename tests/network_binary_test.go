@@ -9,6 +9,7 @@ import (
 	"io"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -118,6 +119,26 @@ func launchNode(t *testing.T, bin, name, logLevel string, wait time.Duration, ar
 		case <-deadline:
 			return nil, fmt.Errorf("%s not ready within %s; stderr:\n%s", name, wait, p.stderr)
 		}
+	}
+}
+
+// awaitListed waits, within 10 seconds, until `workmesh peers` on gw lists
+// every one of peers, and fails the test with gw's log otherwise.
+func awaitListed(t *testing.T, bin string, gw *nodeProcess, peers ...*nodeProcess) {
+	t.Helper()
+	if _, err := testkit.Poll(10*time.Second, func() error {
+		ids, err := peersOf(t, bin, gw.api)
+		if err != nil {
+			return err
+		}
+		for _, p := range peers {
+			if !slices.Contains(ids, p.peerID) {
+				return fmt.Errorf("%s not among %v", p.peerID, ids)
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatalf("the gateway does not list its peers: %v\nstderr:\n%s", err, gw.stderr)
 	}
 }
 

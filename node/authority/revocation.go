@@ -232,4 +232,6 @@ func (l *RevocationList) Len() int {
 
 // IsRevocation reports whether b starts as a revocation does, for a reader
 // of a file that may hold either kind of statement.
-func IsRevocation(b []byte) bool { return len(b) >= len(revocationHeader) && string(b[:len(revocationHeader)]) == revocationHeader }
+func IsRevocation(b []byte) bool {
+	return len(b) >= len(revocationHeader) && string(b[:len(revocationHeader)]) == revocationHeader
+}

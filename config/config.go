@@ -14,6 +14,9 @@ type Config struct {
 	Fault     FaultConfig     `koanf:",squash"`
 	HTTP      HTTPConfig      `koanf:",squash"`
 	JSONRPC   JSONRPCConfig   `koanf:",squash"`
+	// Membership names the network's authority and this node's
+	// certificate from it (README, "Membership (preview)").
+	Membership MembershipConfig `koanf:",squash"`
 
 	// LabelBalancing is the global priority-group setting; nil means
 	// label balancing is off and candidates are ordered by rating alone.
@@ -256,6 +259,18 @@ type JSONRPCConfig struct {
 	ChainID string `koanf:"jsonrpc-chain-id"`
 	// HeadInterval is the time between two polls of the upstream's head.
 	HeadInterval time.Duration `koanf:"jsonrpc-head-interval"`
+}
+
+// MembershipConfig names who vouches for the members of a closed network.
+// Load checks the two settings (see LoadOptions.Membership); nothing acts
+// on them at run time yet: every network is still open.
+type MembershipConfig struct {
+	// NetworkAuthority is the authority's public key, the one line
+	// `workmesh network init` printed; empty means an open network.
+	NetworkAuthority string `koanf:"network-authority"`
+	// MembershipCert is the path of this node's membership certificate,
+	// from `workmesh network admit`; it needs NetworkAuthority.
+	MembershipCert string `koanf:"membership-cert"`
 }
 
 // Defaults returns a Config with every default filled in.

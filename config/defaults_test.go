@@ -78,6 +78,8 @@ var pinnedDefaults = map[string]any{
 	"jsonrpc-upstream":      "",
 	"jsonrpc-chain-id":      "",
 	"jsonrpc-head-interval": 2 * time.Second,
+	"network-authority":     "",
+	"membership-cert":       "",
 
 	"label-balancing":    (*LabelBalancingConfig)(nil),
 	"work-type-defaults": map[string]WorkTypeConfig(nil),
@@ -87,11 +89,12 @@ var pinnedDefaults = map[string]any{
 // Config. A new field fails this test until its default is pinned above (or,
 // for a block that is off by default, below) and its bound is validated.
 var pinnedFields = map[string]int{
-	"Config":               12,
+	"Config":               13,
 	"AccessConfig":         6,
 	"FaultConfig":          3,
 	"HTTPConfig":           2,
 	"JSONRPCConfig":        3,
+	"MembershipConfig":     2,
 	"NodeConfig":           12,
 	"WorkerConfig":         15,
 	"SelectionConfig":      1,

@@ -39,6 +39,27 @@ type LoadOptions struct {
 	// in work-types or work-type-defaults that is not among them is an
 	// error naming them all. Nil means work types are not checked.
 	KnownWorkTypes []string
+	// Membership, when set, checks network-authority and membership-cert
+	// with what only the program can read (the key, the certificate file,
+	// the node's identity); its findings are reported like every other
+	// problem, warnings through Warn.
+	Membership MembershipCheck
+	// Warn receives each warning, with where its setting came from; nil
+	// drops them.
+	Warn func(string)
+}
+
+// MembershipCheck checks the membership settings of a loaded, valid c.
+type MembershipCheck func(c *Config) []Finding
+
+// Finding is a problem or a warning a MembershipCheck found.
+type Finding struct {
+	// Key is the setting the finding is about.
+	Key string
+	// Msg says what is wrong and what to do.
+	Msg string
+	// Warning marks a finding that does not stop the settings loading.
+	Warning bool
 }
 
 // Source says where the effective value of a setting came from.
@@ -230,6 +251,22 @@ func load(opts LoadOptions) (Config, map[string]Source, error) {
 	}
 	if opts.KnownWorkTypes != nil {
 		problems = append(problems, leaves(c.validateWorkTypes(opts.KnownWorkTypes))...)
+	}
+	if opts.Membership != nil && !overlaps(&problem{keys: []string{"network-authority", "membership-cert", "network", "data-dir"}}, problems) {
+		var warnings []error
+		for _, f := range opts.Membership(&c) {
+			p := &problem{msg: f.Msg, class: ErrInvalid, keys: []string{f.Key}}
+			if f.Warning {
+				warnings = append(warnings, p)
+			} else {
+				problems = append(problems, p)
+			}
+		}
+		if opts.Warn != nil {
+			for _, w := range loc.locate(warnings) {
+				opts.Warn(w.Error())
+			}
+		}
 	}
 	if len(problems) > 0 {
 		return Config{}, nil, problemList(loc.locate(problems))

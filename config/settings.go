@@ -85,6 +85,9 @@ var help = map[string]string{
 	"jsonrpc-chain-id":      "chain ID the upstream must report at start (empty: not checked)",
 	"jsonrpc-head-interval": "time between two polls of the upstream's head: the newest block it has, which this node advertises so that a request naming a block goes to a worker that has it",
 
+	"network-authority": "public key line of the network authority (from workmesh network init); empty: an open network that any peer may join (membership is checked, not enforced yet)",
+	"membership-cert":   "file with this node's membership certificate (from workmesh network admit); needs network-authority",
+
 	"label-balancing.order":           "group labels tried in order, highest priority first; setting it turns label balancing on",
 	"label-balancing.pass-on-error":   "after a retryable error, move to the next label group instead of retrying in the current one",
 	"label-balancing.include-default": "route to peers carrying none of the order labels as a final group",
@@ -147,6 +150,8 @@ var group = map[string]string{
 	"http-allow": "http", "http-max-body": "http",
 
 	"jsonrpc-upstream": "jsonrpc", "jsonrpc-chain-id": "jsonrpc", "jsonrpc-head-interval": "jsonrpc",
+
+	"network-authority": "network", "membership-cert": "network",
 }
 
 // GroupOfFlag returns the FlagGroups name of the setting that BindFlags

@@ -104,6 +104,7 @@ func (c *Config) Validate() error {
 		c.Fault.Validate(),
 		c.HTTP.Validate(),
 		c.JSONRPC.Validate(),
+		c.Membership.Validate(),
 	}
 	names := make([]string, 0, len(c.WorkTypeDefaults))
 	for name := range c.WorkTypeDefaults {
@@ -426,4 +427,19 @@ func atLeast(c *checks, key string, n, min int) {
 	if n < min {
 		c.failf(key, "%s %d must be >= %d", key, n, min)
 	}
+}
+
+// Validate reports a membership certificate set without the authority
+// that gives it meaning, and text that cannot be an authority's key line.
+// What needs the keys (the line parses, the certificate verifies) is
+// checked by LoadOptions.Membership.
+func (m *MembershipConfig) Validate() error {
+	var c checks
+	if strings.ContainsAny(m.NetworkAuthority, " \t\r\n") {
+		c.failf("network-authority", "network-authority %q holds white space: want the one line `workmesh network init` printed", m.NetworkAuthority)
+	}
+	if m.MembershipCert != "" && m.NetworkAuthority == "" {
+		c.pairf("membership-cert", "network-authority", "membership-cert %q is set but network-authority is not: a certificate means nothing without the authority that checks it", m.MembershipCert)
+	}
+	return c.join()
 }

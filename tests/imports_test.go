@@ -62,6 +62,7 @@ func TestPackageGraph(t *testing.T) {
 		"workers/jsonrpc":    {"workers", "workers/httpwork", "config", "node/httpapi"},
 		"workers/dispatch":   {"workers", "workers/builtin", "workers/pool", "workers/protocol", "config", "node", "node/apiv1", "node/scrape", "selection"},
 		"workers/workertest": {"workers", "workers/builtin", "workers/pool", "config"},
+		"node/authority":     {},
 	}
 	for pkg, imports := range direct {
 		for _, imp := range imports {

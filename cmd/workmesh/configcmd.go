@@ -32,6 +32,8 @@ func settingsOptions(cmd *cobra.Command, file string) config.LoadOptions {
 		Environ:        os.Environ(),
 		OtherEnv:       clientEnv,
 		KnownWorkTypes: slices.Sorted(maps.Keys(knownTypes())),
+		Membership:     checkMembership,
+		Warn:           warnTo(cmd),
 	}
 }
 

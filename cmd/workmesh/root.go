@@ -69,8 +69,10 @@ func newRootCommand() *cobra.Command {
 	root.SetVersionTemplate(versionLine() + "\n")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(newVersionCommand())
-	root.AddCommand(newNodeCommand(), newPeersCommand(), newSubmitCommand(), newPlanCommand(),
-		newStatusCommand(), newConfigCommand(), newDevnetCommand())
+	nodeCmd := newNodeCommand()
+	nodeCmd.AddCommand(newNodeIDCommand())
+	root.AddCommand(nodeCmd, newPeersCommand(), newSubmitCommand(), newPlanCommand(),
+		newStatusCommand(), newConfigCommand(), newDevnetCommand(), newNetworkCommand())
 	// cobra's completion command: `workmesh completion bash|zsh|fish|powershell`.
 	root.CompletionOptions.HiddenDefaultCmd = false
 	return root

@@ -48,6 +48,7 @@ func printStatus(w io.Writer, api string, v apiv1.StatusView) {
 	fmt.Fprintf(w, "api:        %s; work types %s; labels %s\n", api, dash(strings.Join(v.WorkTypes, ",")), dash(strings.Join(v.Labels, ",")))
 	fmt.Fprintf(w, "addrs:      %s\n", dash(strings.Join(v.Addrs, " ")))
 	fmt.Fprintf(w, "join with:  %s\n", dash(v.Join))
+	fmt.Fprintf(w, "membership: %s\n", membershipText(v))
 	fmt.Fprintf(w, "peers:      %d fresh, %d connected, %d known\n", v.Peers.Fresh, v.Peers.Connected, v.Peers.Known)
 	fmt.Fprintf(w, "liveness:   %d alive, %d unreachable, %d probing\n", v.Liveness.Alive, v.Liveness.Unreachable, v.Liveness.Probing)
 	line := fmt.Sprintf("dispatch:   %d in flight", v.InFlight)
@@ -96,4 +97,13 @@ func countsText(m map[string]uint64) string {
 		parts[i] = fmt.Sprintf("%d %s", x.n, x.k)
 	}
 	return strings.Join(parts, ", ")
+}
+
+// membershipText says who may join the node's network: anyone, unless a
+// network authority is set.
+func membershipText(v apiv1.StatusView) string {
+	if v.NetworkAuthority == "" {
+		return "open network: any peer may join"
+	}
+	return "closed network: members certified by authority " + v.NetworkAuthority
 }

@@ -428,6 +428,21 @@ type StatusView struct {
 	Served map[string]uint64 `json:"served,omitempty"`
 	// Rejections counts NodeData records refused, by reason.
 	Rejections map[string]uint64 `json:"rejections"`
+	// NetworkAuthority is the public key line of the authority whose
+	// certificates make a peer a member; "" is an open network.
+	NetworkAuthority string `json:"network_authority,omitempty"`
+	// OpenNetwork is true when no network authority is set: any peer may
+	// join. The JSON always derives it from NetworkAuthority.
+	OpenNetwork bool `json:"open_network"`
+}
+
+// MarshalJSON writes v with OpenNetwork derived from NetworkAuthority, so
+// that a status never claims a closed network it does not have, nor the
+// reverse, whoever filled it in.
+func (v StatusView) MarshalJSON() ([]byte, error) {
+	type plain StatusView
+	v.OpenNetwork = v.NetworkAuthority == ""
+	return json.Marshal(plain(v))
 }
 
 // Millis is d in milliseconds, to the microsecond: the unit of the

@@ -235,7 +235,7 @@ func TestAdmitRefuses(t *testing.T) {
 		{"empty network", "", p, nil, t0.Add(time.Hour), "network name is empty"},
 		{"bad network", "Prod!", p, nil, t0.Add(time.Hour), "may only hold"},
 		{"no peer", "prod", "", nil, t0.Add(time.Hour), "peer"},
-		{"empty label", "prod", p, []string{"a", ""}, t0.Add(time.Hour), "label 1 is empty"},
+		{"empty label", "prod", p, []string{"a", ""}, t0.Add(time.Hour), "label 2 is empty"},
 		{"comma label", "prod", p, []string{"a,b"}, t0.Add(time.Hour), "a comma"},
 		{"long label", "prod", p, []string{strings.Repeat("x", 65)}, t0.Add(time.Hour), "at most 64"},
 		{"expiry not after issue", "prod", p, nil, t0, "is not after the issue time"},

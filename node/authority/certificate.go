@@ -42,6 +42,11 @@ func (a *Authority) Admit(network string, p peer.ID, labels []string, issued, ex
 	if err := p.Validate(); err != nil {
 		return nil, fmt.Errorf("admit: peer: %w", err)
 	}
+	for i, l := range labels {
+		if l == "" {
+			return nil, fmt.Errorf("admit: label %d is empty", i+1)
+		}
+	}
 	labels = slices.Compact(slices.Sorted(slices.Values(labels)))
 	if err := checkLabels(labels); err != nil {
 		return nil, fmt.Errorf("admit: %w", err)
@@ -161,7 +166,7 @@ func (c *Certificate) Verify(want Expect, now time.Time) error {
 	}
 	if !c.authority.Equal(want.Authority) {
 		return verifyErrorf(ErrOtherAuthority, "membership certificate for peer %s: signed by another authority (%s), not this network's (%s)",
-			c.peer, short(c.authority.String()), short(want.Authority.String()))
+			c.peer, c.authority, want.Authority)
 	}
 	if c.network != want.Network {
 		return verifyErrorf(ErrWrongNetwork, "membership certificate for peer %s: wrong network: it is for network %q, not %q", c.peer, c.network, want.Network)

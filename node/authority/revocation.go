@@ -106,7 +106,7 @@ func (r *Revocation) Verify(want Expect) error {
 	}
 	if !r.authority.Equal(want.Authority) {
 		return verifyErrorf(ErrOtherAuthority, "revocation of peer %s: signed by another authority (%s), not this network's (%s)",
-			r.peer, short(r.authority.String()), short(want.Authority.String()))
+			r.peer, r.authority, want.Authority)
 	}
 	if r.network != want.Network {
 		return verifyErrorf(ErrWrongNetwork, "revocation of peer %s: wrong network: it is for network %q, not %q", r.peer, r.network, want.Network)

@@ -11,6 +11,22 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
+// The encoding, version 1. A string or byte string is a uvarint length
+// and that many bytes; a number is a uvarint; a time is a uvarint of Unix
+// seconds. A certificate is
+//
+//	"workmesh-membership-v1\n" network peer-id label-count label... issued expires authority signature
+//
+// and a revocation is
+//
+//	"workmesh-revocation-v1\n" network peer-id issued authority signature
+//
+// where peer-id is the binary peer ID, authority the libp2p-marshalled
+// public key of the signer and signature its signature over every byte
+// before the signature field. Labels are sorted and unique, nothing
+// follows the signature, and every number has its shortest form: a
+// statement has exactly one encoding, which decoding checks.
+//
 // The headers that open an encoded certificate and revocation. Each is
 // also the domain separation of the signature, which covers it: a
 // signature over one kind of statement can never pass for the other, nor

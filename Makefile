@@ -62,6 +62,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./workers/protocol/
 	$(GO) test -run '^$$' -fuzz '^FuzzOpenNodeData$$' -fuzztime $(FUZZTIME) ./node/
 	$(GO) test -run '^$$' -fuzz '^FuzzLoadYAML$$' -fuzztime $(FUZZTIME) ./config/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./node/authority/
 
 .PHONY: drill
 ## drill: the resilience drill of issue 5 (tests/drill_test.go, about 20s): six node processes,

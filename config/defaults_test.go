@@ -40,6 +40,7 @@ var pinnedDefaults = map[string]any{
 	"retry-budget-window":         10 * time.Second,
 	"retry-budget-ratio":          0.2,
 	"retry-budget-min-per-second": 10.0,
+	"admission-queue-size":        1024,
 
 	"selection-mode": "rating",
 
@@ -93,7 +94,7 @@ var pinnedFields = map[string]int{
 	"HTTPConfig":           2,
 	"JSONRPCConfig":        3,
 	"NodeConfig":           12,
-	"WorkerConfig":         15,
+	"WorkerConfig":         16,
 	"SelectionConfig":      1,
 	"LivenessConfig":       5,
 	"RatingConfig":         8,

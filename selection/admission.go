@@ -12,7 +12,7 @@ import (
 // answered busy and so did the local worker. A waiter tries again when
 // capacity may have freed (Freed: an attempt of this node ended) or its
 // backoff has passed, whichever comes first, and leaves when its deadline
-// can no longer be met (Leave). Freed wakes the longest waiting first, so
+// can no longer be met (Wait says when). Freed wakes the longest waiting first, so
 // the requests that came first are placed first.
 //
 // It holds no timer: the dispatcher waits on a waiter's Wake channel and
@@ -49,6 +49,10 @@ const (
 	backoffMin = 10 * time.Millisecond
 	backoffMax = 250 * time.Millisecond
 )
+
+// needSlack is added to a tenth more than a request's need: what it must
+// have left of its deadline to be placed again.
+const needSlack = 5 * time.Millisecond
 
 // NewAdmission returns an admission queue for at most limit waiting
 // requests (0: none waits) on clock (nil: the system clock).
@@ -112,7 +116,7 @@ func (w *Waiter) Wait(deadline time.Time, need time.Duration, rnd uint64) (time.
 	a := w.a
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	left := deadline.Sub(a.clock.Now()) - need
+	left := Spare(deadline.Sub(a.clock.Now()), need)
 	if left <= 0 {
 		return 0, true
 	}
@@ -130,6 +134,15 @@ func (w *Waiter) Wait(deadline time.Time, need time.Duration, rnd uint64) (time.
 	}
 	w.trying = false
 	return min(b, left), false
+}
+
+// Spare returns how much of left, the time left of a request's deadline,
+// is to spare once its work, which takes need at the least, is placed:
+// not more than 0 means the work cannot end in time. A tenth more than
+// need and a few milliseconds are kept back: work placed with just its
+// need left ends a little after its deadline, not on it.
+func Spare(left, need time.Duration) time.Duration {
+	return left - need - need/10 - needSlack
 }
 
 // Wake returns the channel on which Freed wakes the waiter.

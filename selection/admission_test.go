@@ -74,12 +74,14 @@ func TestAdmission_BoundedFIFOAndLeavesAtItsDeadline(t *testing.T) {
 		}
 		last = d
 	}
-	// Never past the moment it must leave.
-	clk.Set(deadline.Add(-need - 5*time.Millisecond))
+	// Never past the moment it must leave: with its need left, and a
+	// tenth of it and needSlack to spare.
+	leaveAt := deadline.Add(-need - need/10 - needSlack)
+	clk.Set(leaveAt.Add(-5 * time.Millisecond))
 	if d, leave := w1.Wait(deadline, need, ^uint64(0)); leave || d != 5*time.Millisecond {
 		t.Fatalf("5ms before it must leave: wait %s, leave %v; want 5ms", d, leave)
 	}
-	clk.Set(deadline.Add(-need + time.Millisecond))
+	clk.Set(leaveAt.Add(time.Millisecond))
 	if _, leave := w1.Wait(deadline, need, 0); !leave {
 		t.Fatal("less than its need left of the deadline: not told to leave")
 	}

@@ -76,9 +76,9 @@ type Plan struct {
 	// afterBusy: the last attempt reported was refused as busy, so the next
 	// pick is a busy move (see Next), not a retry.
 	afterBusy bool
-	limitHit   string
-	rnd        uint64
-	rot        uint64
+	limitHit  string
+	rnd       uint64
+	rot       uint64
 }
 
 type limits struct {

@@ -246,9 +246,9 @@ type entry struct {
 	// capacity and used are the peer's advertised Capacity and Used.
 	capacity, used int64
 	rated          bool
-	health      *health
-	stats       *stats
-	idx         int32 // the peer's position in ID order
+	health         *health
+	stats          *stats
+	idx            int32 // the peer's position in ID order
 }
 
 func (e *entry) hasLabel(l string) bool { return slices.Contains(e.labels, l) }

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"sync/atomic"
+	"sync"
 	"time"
 
 	"github.com/workmesh/workmesh/node/apiv1"
@@ -64,9 +64,7 @@ func (d *Dispatcher) place(ctx context.Context, req WorkRequest, sreq selection.
 		need := d.need(req.Type)
 		wait, leave := w.Wait(deadline, need, rand.Uint64())
 		if leave {
-			return overloaded(res, fmt.Sprintf("waited %s in the admission queue; the %s left of its %s deadline is less than its work takes (%s)",
-				time.Since(queuedSince).Round(time.Millisecond), max(0, time.Until(deadline)).Round(time.Millisecond),
-				requestTimeout(req), need.Round(time.Millisecond)))
+			return overloaded(res, d.tooLate(req, deadline, queuedSince, need))
 		}
 		t := time.NewTimer(wait)
 		select {
@@ -82,6 +80,10 @@ func (d *Dispatcher) place(ctx context.Context, req WorkRequest, sreq selection.
 			res.Queued = time.Since(queuedSince)
 			return res
 		}
+		if selection.Spare(time.Until(deadline), need) <= 0 {
+			// Woken when it was about to leave anyway.
+			return overloaded(res, d.tooLate(req, deadline, queuedSince, need))
+		}
 		// The next round's result lists this round's attempts but the busy
 		// answers, which it counts.
 		kept = kept[:0:0]
@@ -95,6 +97,13 @@ func (d *Dispatcher) place(ctx context.Context, req WorkRequest, sreq selection.
 		sreq.Again = true
 		plan = d.sel.Plan(sreq)
 	}
+}
+
+// tooLate says why a waiting request leaves the admission queue.
+func (d *Dispatcher) tooLate(req WorkRequest, deadline, since time.Time, need time.Duration) string {
+	return fmt.Sprintf("waited %s in the admission queue; the %s left of its %s deadline is too little for its work, which takes %s",
+		time.Since(since).Round(time.Millisecond), max(0, time.Until(deadline)).Round(time.Millisecond),
+		requestTimeout(req), need.Round(time.Millisecond))
 }
 
 // overloaded makes res the answer of a request that found every worker
@@ -131,33 +140,66 @@ func (d *Dispatcher) attemptEnded(workType string, o workers.Outcome, took time.
 	}
 }
 
+// needWindow is how long a success counts in its work type's need: the
+// need is the fastest success of the last one to two windows.
+const needWindow = 10 * time.Second
+
 // need returns the least time work of workType is seen to take (0 until
 // one succeeded): what a waiting request must have left of its deadline.
 func (d *Dispatcher) need(workType string) time.Duration {
 	if v, ok := d.needs.Load(workType); ok {
-		return time.Duration(v.(*atomic.Int64).Load())
+		return v.(*needTracker).get(time.Now())
 	}
 	return 0
 }
 
-// observeNeed adds one success's duration to its work type's need: it
-// follows the fastest successes, falling at once to a faster one and
-// rising by an eighth of the gap towards a slower one, so that it is the
-// time the work takes at the least (an attempt that waited in a worker's
-// queue took longer than the work needs) yet forgets a past that was
-// faster than the present.
+// observeNeed adds one success's duration to its work type's need.
 func (d *Dispatcher) observeNeed(workType string, took time.Duration) {
 	v, ok := d.needs.Load(workType)
 	if !ok {
-		v, _ = d.needs.LoadOrStore(workType, new(atomic.Int64))
+		v, _ = d.needs.LoadOrStore(workType, &needTracker{})
 	}
-	n := v.(*atomic.Int64)
-	old := n.Load()
+	v.(*needTracker).observe(time.Now(), took)
+}
+
+// needTracker follows the fastest successes of one work type over a
+// sliding window: the time the work takes at the least, since an attempt
+// that waited in a worker's queue took longer than the work needs (a burst
+// makes most of them wait), while a past faster than the present is
+// forgotten after a window or two.
+type needTracker struct {
+	mu        sync.Mutex
+	cur, prev time.Duration // the fastest of the current and the last window
+	curStart  time.Time
+}
+
+func (n *needTracker) roll(now time.Time) {
+	switch age := now.Sub(n.curStart); {
+	case age >= 2*needWindow:
+		n.prev, n.cur, n.curStart = 0, 0, now
+	case age >= needWindow:
+		n.prev, n.cur, n.curStart = n.cur, 0, n.curStart.Add(needWindow)
+	}
+}
+
+func (n *needTracker) observe(now time.Time, took time.Duration) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.roll(now)
+	if n.cur == 0 || took < n.cur {
+		n.cur = took
+	}
+}
+
+func (n *needTracker) get(now time.Time) time.Duration {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.roll(now)
 	switch {
-	case old == 0 || int64(took) < old:
-		n.Store(int64(took))
-	default:
-		// A race between two updates loses one: it is an estimate.
-		n.Store(old + (int64(took)-old)/8)
+	case n.prev == 0:
+		return n.cur
+	case n.cur == 0:
+		return n.prev
 	}
+	return min(n.cur, n.prev)
 }

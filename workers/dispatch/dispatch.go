@@ -306,7 +306,7 @@ func (d *Dispatcher) fallback(ctx context.Context, req WorkRequest, plan *select
 			DurationMS: apiv1.Millis(took),
 		})
 		d.attemptEnded(req.Type, r.Outcome, took)
-		if r.Outcome == workers.Busy && spawn < d.cfg.Worker.MaxSpawnAttempts && ctx.Err() == nil {
+		if r.Outcome == workers.Busy && spawn < d.cfg.Worker.MaxSpawnAttempts && ctx.Err() == nil && d.fits(ctx, req.Type) {
 			t := time.NewTimer(d.cfg.Worker.RetryDelay)
 			select {
 			case <-t.C:
@@ -334,6 +334,13 @@ func (d *Dispatcher) fallback(ctx context.Context, req WorkRequest, plan *select
 		}
 		return res
 	}
+}
+
+// fits reports whether work of workType placed now can still end within
+// ctx's deadline, by the least time such work is seen to take.
+func (d *Dispatcher) fits(ctx context.Context, workType string) bool {
+	dl, ok := ctx.Deadline()
+	return !ok || selection.Spare(time.Until(dl), d.need(workType)) > 0
 }
 
 // serves reports whether the local worker serves workType.

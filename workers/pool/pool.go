@@ -223,10 +223,10 @@ func (p *Pool) lateFor(ctx context.Context) (workers.Result, bool) {
 	waves := queued/int64(p.concurrency) + 2
 	end := time.Duration(waves) * avg
 	left := time.Until(deadline)
-	if end <= left {
+	if end+end/10 <= left { // a tenth to spare: an estimate ends late as often as early
 		return workers.Result{}, false
 	}
-	return workers.Fail(workers.Busy, "local worker busy: %d running, %d queued: the work would end in about %s, after the %s left of its deadline",
+	return workers.Fail(workers.Busy, "local worker busy: %d running, %d queued: the work would end in about %s, too close to or after the %s left of its deadline",
 		p.inFlight.Load(), queued, end.Round(time.Millisecond), max(0, left).Round(time.Millisecond)), true
 }
 

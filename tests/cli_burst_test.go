@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"os/exec"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -118,6 +120,27 @@ func awaitPlaced(t *testing.T, bin string, gw *nodeProcess, workType string, pee
 	}
 }
 
+// dispatching is nil when the node at api is dispatching at least n
+// requests now.
+func dispatching(api string, n int64) error {
+	c := http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get("http://" + api + "/v1/status")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	var st struct {
+		InFlight int64 `json:"in_flight"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		return err
+	}
+	if st.InFlight < n {
+		return fmt.Errorf("%d requests in flight, want %d", st.InFlight, n)
+	}
+	return nil
+}
+
 // TestCLIBurstFinishes starts a gateway and two workers as `workmesh node
 // start` processes with every setting at its default (each runs 4 sleeps
 // at once, 12 in all) and sends a burst of 600 sleeps of 200ms at 256 at
@@ -187,7 +210,45 @@ func TestCLIBurstFinishes(t *testing.T) {
 
 	t.Run("deadlines that cannot be met", func(t *testing.T) {
 		// 1s each: the network runs about 60 sleeps of 200ms a second.
+		// While the burst is under way, single `workmesh submit`s of the
+		// same work: each exits 0 or 2 with the reason.
+		env := cliEnv(t, nil)
+		singles := make(chan cliRun, 8)
+		go func() {
+			defer close(singles)
+			if _, err := testkit.Poll(10*time.Second, func() error { return dispatching(gw.api, 200) }); err != nil {
+				singles <- cliRun{code: -1, stderr: "the burst never got under way: " + err.Error()}
+				return
+			}
+			var wg sync.WaitGroup
+			for range cap(singles) {
+				wg.Go(func() {
+					r, err := execCLI(bin, env, nil, "submit", "--api", gw.api, "--type", "sleep", "--payload", "200ms", "--timeout", "1s")
+					if err != nil {
+						r = cliRun{code: -1, stderr: err.Error()}
+					}
+					singles <- r
+				})
+			}
+			wg.Wait()
+		}()
 		r := runBurst(t, bin, gw.api, n, concurrency, "200ms", "1s")
+		refused := 0
+		for s := range singles {
+			switch {
+			case s.code == 0:
+			case s.code == 2 && strings.Contains(s.stderr, "sleep work unavailable: every worker that could run it is busy"):
+				refused++
+				if refused == 1 {
+					t.Logf("workmesh submit during the burst: exit 2: %s", strings.TrimSpace(s.stderr))
+				}
+			default:
+				t.Errorf("workmesh submit during the burst: exit %d, stderr %q; want 0, or 2 saying every worker is busy", s.code, s.stderr)
+			}
+		}
+		if refused == 0 {
+			t.Errorf("none of %d submits during an overloaded burst was refused as busy", cap(singles))
+		}
 		st := r.statuses()
 		var bad []string
 		soonest := time.Hour

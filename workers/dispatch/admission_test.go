@@ -76,6 +76,9 @@ func TestDispatch_WaitsForRoomThenAnswersBusy(t *testing.T) {
 	testkit.WaitFor(t, 10*time.Second, "the second request to queue", func() error { return holds(d.pool.Stats().Queued == 1) })
 	waiting := do("waiting", 10*time.Second)
 	testkit.WaitFor(t, 10*time.Second, "the third request to wait in the admission queue", func() error { return holds(d.admission.Waiting() == 1) })
+	if v, ok := testkit.MetricValue(testkit.Gather(t, d.Collector()), "workmesh_dispatch_admission_waiting", nil); !ok || v != 1 {
+		t.Fatalf("workmesh_dispatch_admission_waiting %v (found %v), want 1", v, ok)
+	}
 
 	// The admission queue (1) is full: unavailable at once, saying so.
 	full := d.Dispatch(context.Background(), WorkRequest{Type: "gate", Payload: []byte("full"), Timeout: 10 * time.Second})

@@ -108,6 +108,11 @@ type WorkerConfig struct {
 	// RetryBudgetMinPerSecond is the retries per second allowed whatever
 	// the ratio, so that a node with few requests still retries them.
 	RetryBudgetMinPerSecond float64 `koanf:"retry-budget-min-per-second"`
+	// AdmissionQueueSize bounds the requests that wait at this node while
+	// every worker that could run them is busy (remote ones and the local
+	// one); each leaves when its deadline can no longer be met. Zero: a
+	// request that finds every worker busy is answered unavailable at once.
+	AdmissionQueueSize int `koanf:"admission-queue-size"`
 }
 
 // Selection modes.
@@ -306,6 +311,7 @@ func Defaults() Config {
 			RetryBudgetWindow:       10 * time.Second,
 			RetryBudgetRatio:        0.2,
 			RetryBudgetMinPerSecond: 10,
+			AdmissionQueueSize:      1024,
 		},
 		Selection: SelectionConfig{Mode: ModeRating},
 		Liveness: LivenessConfig{

@@ -40,6 +40,7 @@ var pinnedDefaults = map[string]any{
 	"retry-budget-window":         10 * time.Second,
 	"retry-budget-ratio":          0.2,
 	"retry-budget-min-per-second": 10.0,
+	"admission-queue-size":        1024,
 
 	"selection-mode": "rating",
 
@@ -96,7 +97,7 @@ var pinnedFields = map[string]int{
 	"JSONRPCConfig":        3,
 	"MembershipConfig":     2,
 	"NodeConfig":           12,
-	"WorkerConfig":         15,
+	"WorkerConfig":         16,
 	"SelectionConfig":      1,
 	"LivenessConfig":       5,
 	"RatingConfig":         8,

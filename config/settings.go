@@ -46,6 +46,7 @@ var help = map[string]string{
 	"retry-budget-window":         "sliding window of the retry budget, which bounds the retries of all requests together; 0 turns it off",
 	"retry-budget-ratio":          "share of the requests in the retry-budget-window that may be retried (0 to 1)",
 	"retry-budget-min-per-second": "retries per second allowed whatever retry-budget-ratio says, so that a quiet node still retries",
+	"admission-queue-size":        "maximum requests waiting at this node while every worker is busy; each leaves (503) when its deadline can no longer be met",
 
 	"selection-mode": "how candidates are ordered: rating, round-robin or random",
 
@@ -132,6 +133,7 @@ var group = map[string]string{
 	"max-remote-workers": "work", "connect-timeout": "work", "retry-delay": "work",
 	"local-concurrency": "work", "hedge-delay": "work", "hedge-max-count": "work",
 	"retry-budget-window": "work", "retry-budget-ratio": "work", "retry-budget-min-per-second": "work",
+	"admission-queue-size": "work",
 
 	"selection-mode": "selection", "rating-window": "selection", "rating-min-samples": "selection",
 	"rating-spread": "selection", "rating-latency-weight": "selection", "rating-error-weight": "selection",

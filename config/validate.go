@@ -84,6 +84,9 @@ const (
 	maxNetworkLen = 64
 	// maxWorkerBufferSize bounds the local queue, which is allocated up front.
 	maxWorkerBufferSize = 1 << 20
+	// maxAdmissionQueueSize bounds the requests waiting at a node: each
+	// holds a goroutine and its caller's connection.
+	maxAdmissionQueueSize = 1 << 16
 	// maxRTTFactor keeps a wait derived from a round trip meaningful.
 	maxRTTFactor = 100
 )
@@ -208,6 +211,10 @@ func (w *WorkerConfig) Validate() error {
 	}
 	if w.RetryBudgetMinPerSecond < 0 || math.IsNaN(w.RetryBudgetMinPerSecond) || math.IsInf(w.RetryBudgetMinPerSecond, 0) {
 		c.failf("retry-budget-min-per-second", "retry-budget-min-per-second %v must be a number >= 0", w.RetryBudgetMinPerSecond)
+	}
+	atLeast(&c, "admission-queue-size", w.AdmissionQueueSize, 0)
+	if w.AdmissionQueueSize > maxAdmissionQueueSize {
+		c.failf("admission-queue-size", "admission-queue-size %d must be <= %d", w.AdmissionQueueSize, maxAdmissionQueueSize)
 	}
 	return c.join()
 }

@@ -138,6 +138,8 @@ func TestValidate_Bounds(t *testing.T) {
 		{"max-spawn-attempts zero", func(c *Config) { c.Worker.MaxSpawnAttempts = 0 }, "max-spawn-attempts 0 must be >= 1"},
 		{"worker-buffer-size zero", func(c *Config) { c.Worker.WorkerBufferSize = 0 }, "worker-buffer-size 0 must be >= 1"},
 		{"worker-buffer-size huge", func(c *Config) { c.Worker.WorkerBufferSize = 1 << 30 }, "worker-buffer-size 1073741824 must be <= 1048576"},
+		{"admission-queue-size negative", func(c *Config) { c.Worker.AdmissionQueueSize = -1 }, "admission-queue-size -1 must be >= 0"},
+		{"admission-queue-size huge", func(c *Config) { c.Worker.AdmissionQueueSize = 1 << 20 }, "admission-queue-size 1048576 must be <= 65536"},
 		{"max-remote-workers zero", func(c *Config) { c.Worker.MaxRemoteWorkers = 0 }, "max-remote-workers 0 must be >= 1"},
 		{"accept-work-from", func(c *Config) { c.Access.AcceptWorkFrom = "friends" }, `accept-work-from "friends": want any or allowlist`},
 		{"allow-peer empty", func(c *Config) { c.Access.AcceptWorkFrom = "allowlist"; c.Access.AllowPeers = []string{" "} }, "allow-peer entry 1 is empty"},

@@ -66,14 +66,14 @@ func TestRetryBudget_RatioOfRecentRequests(t *testing.T) {
 	s, clk := newSelector(t, cfg, peer("a"), peer("b"))
 	req := Request{WorkType: "sha256"}
 	// Nothing asked yet: a ratio of nothing is nothing.
-	if ok, _ := failOnce(t, s, req, Busy); ok {
+	if ok, _ := failOnce(t, s, req, RetryableError); ok {
 		t.Fatal("a retry with no recent requests and no minimum was allowed")
 	}
 	succeed(t, s, 19) // 20 requests in the window with the failed one
 	allowed := 0
 	for range 10 {
 		clk.Advance(10 * time.Millisecond)
-		if ok, _ := failOnce(t, s, req, Busy); ok {
+		if ok, _ := failOnce(t, s, req, RetryableError); ok {
 			allowed++
 		}
 	}
@@ -83,7 +83,7 @@ func TestRetryBudget_RatioOfRecentRequests(t *testing.T) {
 	}
 	// Once the window has passed, the requests have left it too.
 	clk.Advance(11 * time.Second)
-	if ok, _ := failOnce(t, s, req, Busy); ok {
+	if ok, _ := failOnce(t, s, req, RetryableError); ok {
 		t.Fatal("a retry was allowed on requests that left the window")
 	}
 }
@@ -110,5 +110,50 @@ func TestRetryBudget_OffAndViews(t *testing.T) {
 		if got := walk(t, s.Plan(Request{WorkType: "sha256"}), RetryableError); len(got) != 3 {
 			t.Fatalf("without a budget walked %v, want all three peers", got)
 		}
+	}
+}
+
+// TestRetryBudget_BusyMovesAreNoRetries: a worker that refuses at once as
+// busy ran nothing, so the move to the next peer spends neither the retry
+// budget nor max-retries (only max-remote-workers bounds it), and a
+// request back from the admission queue is not counted again.
+func TestRetryBudget_BusyMovesAreNoRetries(t *testing.T) {
+	cfg := testConfig()
+	cfg.Worker.MaxRetries = 1
+	cfg.Worker.MaxRemoteWorkers = 4
+	cfg.Worker.RetryBudgetWindow = time.Second
+	cfg.Worker.RetryBudgetRatio = 0
+	cfg.Worker.RetryBudgetMinPerSecond = 1 // one retry in the window
+	s, _ := newSelector(t, cfg, peer("a"), peer("b"), peer("c"), peer("d"), peer("e"))
+	for i := range 3 {
+		got := walk(t, s.Plan(Request{WorkType: "sha256"}), Busy)
+		if want := []string{"a", "b", "c", "d"}; !eq(got, want) {
+			t.Fatalf("busy walk %d: tried %v, want %v (max-remote-workers 4, no retry spent)", i, got, want)
+		}
+	}
+	// The budget is untouched: its one retry is still there, and spent by
+	// an error.
+	if ok, why := failOnce(t, s, Request{WorkType: "sha256"}, RetryableError); !ok {
+		t.Fatalf("busy moves spent the retry budget: %s", why)
+	}
+	ok, why := failOnce(t, s, Request{WorkType: "sha256"}, RetryableError)
+	if ok || !strings.Contains(why, "retry budget spent") {
+		t.Fatalf("second error retry: offered %v (%s), want the budget spent", ok, why)
+	}
+	// After a busy refusal and then an error, the error's retry is a retry.
+	p := s.Plan(Request{WorkType: "sha256"})
+	if v := p.Report(mustNext(t, p), Busy, time.Millisecond); v != Retry {
+		t.Fatalf("after busy: %s, want retry", v)
+	}
+	if v := p.Report(mustNext(t, p), RetryableError, time.Millisecond); v != Exhausted {
+		t.Fatalf("after an error with the budget spent: %s, want exhausted", v)
+	}
+	// A request back from the admission queue counts as no new request:
+	// requests of the window stay as they were.
+	before, _ := s.budget.sums(s.clock.Now())
+	p = s.Plan(Request{WorkType: "sha256", Again: true})
+	p.Report(mustNext(t, p), Success, time.Millisecond)
+	if after, _ := s.budget.sums(s.clock.Now()); after != before {
+		t.Fatalf("a request back from the admission queue was counted again: %d requests, want %d", after, before)
 	}
 }

@@ -24,6 +24,11 @@ type Request struct {
 	// View marks a plan that is only looked at (an operator's plan view):
 	// it is not counted by the retry budget and spends none of it.
 	View bool
+	// Again marks the plan of a request that comes back from the admission
+	// queue (every worker was busy): it was counted as a request when it
+	// first arrived, so its first pick is counted neither as a request nor
+	// as a retry by the retry budget.
+	Again bool
 }
 
 // Pick is one peer a plan offers, with why it stands where it does.
@@ -68,9 +73,12 @@ type Plan struct {
 	hedges     int
 	beyondHead bool
 	decided    bool
-	limitHit   string
-	rnd        uint64
-	rot        uint64
+	// afterBusy: the last attempt reported was refused as busy, so the next
+	// pick is a busy move (see Next), not a retry.
+	afterBusy bool
+	limitHit  string
+	rnd       uint64
+	rot       uint64
 }
 
 type limits struct {
@@ -141,19 +149,30 @@ func (p *Plan) Next() (Pick, bool) {
 	if p.decided {
 		return Pick{}, false
 	}
-	if p.retriesSpentLocked() || !p.budgetLocked() {
+	// A busy move, the pick after a worker refused the work at once as
+	// busy, is no retry: nothing ran, so it does not amplify load the way a
+	// retry after an error may (the work ran, or may have, and runs again).
+	// It is bounded by max-remote-workers (each peer once per plan) and
+	// spends neither max-retries nor the retry budget, which would
+	// otherwise be spent by a burst's refusals and fail requests the
+	// network can finish.
+	busyMove := p.afterBusy && p.nexts > 0
+	if !busyMove && p.retriesSpentLocked() || !p.budgetLocked() {
 		return Pick{}, false
 	}
-	if !p.retryBudgetLocked() {
+	if !busyMove && !p.retryBudgetLocked() {
 		return Pick{}, false
 	}
 	pk, ok := p.pickLocked(false)
 	if !ok {
 		return Pick{}, false
 	}
-	p.spendLocked()
-	if p.nexts > 0 {
-		p.retries++
+	p.afterBusy = false
+	if !busyMove {
+		p.spendLocked()
+		if p.nexts > 0 {
+			p.retries++
+		}
 	}
 	p.nexts++
 	return pk, true
@@ -177,7 +196,7 @@ func (p *Plan) retryBudgetLocked() bool {
 // as one request of the window, any later one as a retry.
 func (p *Plan) spendLocked() {
 	b := p.s.budget
-	if b == nil || p.req.View {
+	if b == nil || p.req.View || p.req.Again && p.nexts == 0 {
 		return
 	}
 	if p.nexts == 0 {
@@ -258,7 +277,10 @@ func (p *Plan) pickLocked(hedge bool) (Pick, bool) {
 // in flight on it, as a share of its concurrency (rating-load-weight per
 // concurrency's worth), so concurrent requests spread over equally good peers
 // at once; with rating-spread above 1 it is a seeded random one among the
-// best rating-spread of them.
+// best rating-spread of them. A peer without free capacity (see
+// entry.fill) is the last resort in every mode: the least full of them is
+// picked only when no member has room, since its refusal costs the request
+// a round trip and says nothing new.
 func (p *Plan) pickInGroup(g *group) *entry {
 	n := len(g.members)
 	if n == 0 {
@@ -268,7 +290,8 @@ func (p *Plan) pickInGroup(g *group) *entry {
 	if p.mode != config.ModeRating {
 		start = int(p.rot % uint64(n))
 	}
-	var deferred *entry
+	var deferred, full *entry
+	var deferredLoad, fullFill float64
 	var top [maxSpread]*entry
 	var costs [maxSpread]float64
 	consider := max(p.lim.spread, loadAware)
@@ -278,14 +301,22 @@ func (p *Plan) pickInGroup(g *group) *entry {
 		if !p.selectable(e) {
 			continue
 		}
+		inflight := e.stats.inflight.Load()
+		if f := e.fill(int64(inflight)); f >= 1 {
+			if full == nil || f < fullFill {
+				full, fullFill = e, f
+			}
+			continue
+		}
 		if p.mode != config.ModeRating {
 			return e
 		}
-		inflight := e.stats.inflight.Load()
 		if !e.rated {
 			if inflight >= exploreInFlight {
-				if deferred == nil {
-					deferred = e
+				// Exploration learns, it does not flood: the least loaded
+				// of the unrated peers with attempts in flight waits here.
+				if l := float64(inflight) / e.concurrency; deferred == nil || l < deferredLoad {
+					deferred, deferredLoad = e, l
 				}
 				continue
 			}
@@ -313,12 +344,25 @@ func (p *Plan) pickInGroup(g *group) *entry {
 		}
 	}
 	switch {
-	case found == 0:
+	case found == 0 && deferred != nil:
 		return deferred
+	case found == 0:
+		return full
 	case p.lim.spread == 1 || found == 1:
 		return top[0]
 	}
 	return top[p.rand()%uint64(min(found, p.lim.spread))]
+}
+
+// fill is how full the peer is for this node with inflight attempts of
+// its own there: the larger of what it advertised taken and those
+// attempts, as a share of the capacity it advertised; 1 or more means no
+// free capacity. A peer that advertises no capacity is never full.
+func (e *entry) fill(inflight int64) float64 {
+	if e.capacity <= 0 {
+		return 0
+	}
+	return float64(max(e.used, inflight)) / float64(e.capacity)
 }
 
 // selectable reports whether e may be tried by this request now.
@@ -357,9 +401,18 @@ func (p *Plan) Report(pk Pick, o Outcome, latency time.Duration) Verdict {
 	// request moves past the group the attempt came from. Only a reported
 	// failure moves the cursor, and only relative to its own group, so a
 	// hedge or a late failure from an earlier group never skips a group.
-	if p.lb != nil && p.lb.PassOnError && p.cursor < t.group+1 {
+	if p.lb != nil && p.lb.PassOnError && p.cursor < t.group+1 && o != Busy {
 		p.cursor = t.group + 1
 	}
+	if o == Busy {
+		// The worker refused at once: the next pick is a busy move (Next).
+		p.afterBusy = true
+		if !p.budgetLocked() {
+			return Exhausted
+		}
+		return Retry
+	}
+	p.afterBusy = false
 	if p.retriesSpentLocked() || !p.budgetLocked() || !p.retryBudgetLocked() {
 		return Exhausted // the limit noted says why, as when Next finds it
 	}

@@ -56,7 +56,7 @@ func TestPlan_RetryBudget(t *testing.T) {
 	cfg := testConfig()
 	cfg.Worker.MaxRetries = 2
 	s, _ := newSelector(t, cfg, peer("a"), peer("b"), peer("c"), peer("d"))
-	got := walk(t, s.Plan(Request{WorkType: "sha256"}), Busy)
+	got := walk(t, s.Plan(Request{WorkType: "sha256"}), RetryableError)
 	if want := []string{"a", "b", "c"}; !eq(got, want) {
 		t.Fatalf("max-retries 2: got %v, want %v", got, want)
 	}

@@ -33,6 +33,13 @@ type Peer struct {
 	// peer against it: k in flight on a peer that runs c at once cost as
 	// much as load k/c (0, unknown, counts as 1).
 	Concurrency int
+	// Capacity is how many requests the peer takes at once, running and
+	// queued, as it advertises (0: unknown); Used is how many of them it
+	// advertised taken. A pick passes over a peer without free capacity,
+	// Capacity less the larger of Used and the attempts this node has in
+	// flight there, while another has some (see pickInGroup).
+	Capacity int
+	Used     int
 	// Connected says the node holds a connection to the peer now, so
 	// reaching it costs no dial. Rating mode offers connected peers first:
 	// a peer that went away (its connection closed) is not the favourite
@@ -44,6 +51,7 @@ type Peer struct {
 // Equal reports whether p and q are the same candidate: every field equal.
 func (p Peer) Equal(q Peer) bool {
 	return p.ID == q.ID && p.Load == q.Load && p.Concurrency == q.Concurrency && p.Connected == q.Connected &&
+		p.Capacity == q.Capacity && p.Used == q.Used &&
 		slices.Equal(p.Labels, q.Labels) && slices.Equal(p.Types, q.Types)
 }
 
@@ -235,10 +243,12 @@ type entry struct {
 	cost    float64 // the score's cost: score = 1 / (1 + cost)
 	// concurrency is the peer's advertised concurrency, at least 1.
 	concurrency float64
-	rated       bool
-	health      *health
-	stats       *stats
-	idx         int32 // the peer's position in ID order
+	// capacity and used are the peer's advertised Capacity and Used.
+	capacity, used int64
+	rated          bool
+	health         *health
+	stats          *stats
+	idx            int32 // the peer's position in ID order
 }
 
 func (e *entry) hasLabel(l string) bool { return slices.Contains(e.labels, l) }
@@ -314,6 +324,7 @@ func (s *Selector) Refresh() {
 			slab = append(slab, entry{
 				id: p.ID, labels: p.Labels, head: t.Head, hasHead: t.HasHead,
 				load: p.Load, concurrency: float64(max(1, p.Concurrency)), conn: p.Connected,
+				capacity: int64(p.Capacity), used: int64(p.Used),
 				health: s.phealth[i], stats: s.pstats[i], idx: int32(i),
 			})
 			ti := entryType[len(slab)-1]

@@ -137,6 +137,12 @@ type WorkResponse struct {
 	// Explanation says why no (further) remote worker was tried, counted by
 	// reason.
 	Explanation string `json:"explanation,omitempty"`
+	// QueuedMS is the time the request waited at the node that took it, in
+	// its admission queue, while every worker was busy.
+	QueuedMS float64 `json:"queued_ms,omitempty"`
+	// BusyRefusals counts the busy answers of the rounds before the last
+	// one, which Attempts leaves out (it lists every other attempt).
+	BusyRefusals int `json:"busy_refusals,omitempty"`
 }
 
 // Output returns the result's bytes, whichever field carries them.

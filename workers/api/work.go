@@ -48,6 +48,7 @@ const (
 	reasonTooLarge     = "body_too_large"
 	reasonMethod       = "method_not_allowed"
 	reasonNoWorker     = "no_worker"
+	reasonBusy         = "all_workers_busy"
 	reasonShutdown     = "shutting_down"
 	reasonWorkFailed   = "work_failed"
 	reasonAllFailed    = "all_attempts_failed"
@@ -189,6 +190,11 @@ func classify(res dispatch.WorkResult) (int, string) {
 		if res.Error == workers.ErrShuttingDown {
 			return http.StatusServiceUnavailable, reasonShutdown
 		}
+		if res.Busy {
+			// Every worker stayed busy until the request's deadline could
+			// no longer be met: the network is overloaded, not broken.
+			return http.StatusServiceUnavailable, reasonBusy
+		}
 		return http.StatusServiceUnavailable, reasonNoWorker
 	case apiv1.StatusTimeout:
 		return http.StatusGatewayTimeout, reasonTimeout
@@ -199,13 +205,15 @@ func classify(res dispatch.WorkResult) (int, string) {
 // responseOf is the API form of a result.
 func responseOf(res dispatch.WorkResult) apiv1.WorkResponse {
 	out := apiv1.WorkResponse{
-		RequestID:   res.RequestID,
-		Status:      res.Status,
-		Worker:      res.Worker,
-		Attempts:    res.Attempts,
-		DurationMS:  apiv1.Millis(res.Duration),
-		Error:       res.Error,
-		Explanation: res.Explanation,
+		RequestID:    res.RequestID,
+		Status:       res.Status,
+		Worker:       res.Worker,
+		Attempts:     res.Attempts,
+		DurationMS:   apiv1.Millis(res.Duration),
+		Error:        res.Error,
+		Explanation:  res.Explanation,
+		QueuedMS:     apiv1.Millis(res.Queued),
+		BusyRefusals: res.BusyRefusals,
 	}
 	if out.Attempts == nil {
 		out.Attempts = []apiv1.Attempt{}

@@ -199,6 +199,15 @@ func TestAPIEncodesResults(t *testing.T) {
 				}
 			}, reasonNoWorker},
 		{"timeout", dispatch.WorkResult{Status: apiv1.StatusTimeout, Error: "no result within 1s"}, http.StatusGatewayTimeout, nil, reasonTimeout},
+		// Every worker busy until the deadline could no longer be met: 503,
+		// not 422, counted apart from "no worker", with the wait it had.
+		{"every worker busy", dispatch.WorkResult{Status: apiv1.StatusUnavailable, Busy: true, Attempts: attempts[:1],
+			Error: "every worker that could run it is busy: waited 800ms in the admission queue", Queued: 800 * time.Millisecond, BusyRefusals: 7},
+			http.StatusServiceUnavailable, func(t *testing.T, r apiv1.WorkResponse) {
+				if r.QueuedMS != 800 || r.BusyRefusals != 7 || !strings.Contains(r.Error, "busy") {
+					t.Errorf("queued %vms, %d busy refusals, error %q; want 800ms, 7, and why", r.QueuedMS, r.BusyRefusals, r.Error)
+				}
+			}, reasonBusy},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a, _ := newTestAPI(t, tc.res)

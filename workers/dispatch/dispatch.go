@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -66,6 +67,19 @@ type WorkResult struct {
 	// Explanation says why no (further) remote worker was tried, counted by
 	// reason; set when the request fell back or could not be placed.
 	Explanation string
+	// Busy marks a request answered unavailable because every worker that
+	// could run it stayed busy until its deadline could no longer be met
+	// (or the admission queue was full).
+	Busy bool
+	// Queued is the time the request waited in the admission queue.
+	Queued time.Duration
+	// BusyRefusals counts the busy answers of the rounds before the last,
+	// left out of Attempts so that a long wait does not grow the result.
+	BusyRefusals int
+
+	// blocked: no worker decided the request and the ones that could run
+	// it answered busy; the request may wait in the admission queue.
+	blocked bool
 }
 
 // Dispatcher sends submitted requests to the best remote worker, chosen by
@@ -99,6 +113,11 @@ type Dispatcher struct {
 	metrics *dispatchMetrics
 	// requests admits Dispatch calls until Drain shuts it.
 	requests workers.Gate
+	// admission is where requests wait while every worker is busy.
+	admission *selection.Admission
+	// needs holds, by work type, the least time its work is seen to take
+	// (see need).
+	needs sync.Map
 }
 
 // Option adjusts a Dispatcher.
@@ -172,6 +191,8 @@ func New(cfg config.Config, n *node.Node, local *pool.Pool, opts ...Option) (*Di
 		cfg: cfg, node: n, sel: sel, client: client, pool: local, log: o.log, catalog: catalogOf(local, o.catalog),
 		prefix: id[max(0, len(id)-6):] + "-", debug: debug, metrics: newDispatchMetrics(),
 		syncDelay: defaultSyncDelay,
+		// Requests wait on the real clock of their deadlines.
+		admission: selection.NewAdmission(cfg.Worker.AdmissionQueueSize, nil),
 	}
 	sel.Liveness().OnTransition(d.metrics.transition)
 	return d, nil
@@ -225,10 +246,7 @@ func (d *Dispatcher) Dispatch(ctx context.Context, req WorkRequest) WorkResult {
 		d.observe(req, res, plan)
 		return res
 	}
-	res := d.remote(ctx, req, plan)
-	if res.Status == "" {
-		res = d.fallback(ctx, req, plan, res)
-	}
+	res := d.place(ctx, req, sreq, plan)
 	res.RequestID = req.ID
 	res.Duration = time.Since(start)
 	d.observe(req, res, plan)
@@ -257,6 +275,12 @@ func (d *Dispatcher) fallback(ctx context.Context, req WorkRequest, plan *select
 		return res
 	}
 	if !plan.FallbackAllowed() || !local {
+		if plan.FallbackAllowed() && busyAmong(res.Attempts) {
+			// No local worker for it, and a remote one that could run it
+			// is busy: the request may wait for room (place).
+			res.blocked = true
+			return res
+		}
 		why := res.Explanation
 		if !local {
 			why += "; " + localWhy
@@ -276,11 +300,13 @@ func (d *Dispatcher) fallback(ctx context.Context, req WorkRequest, plan *select
 	for spawn := 1; ; spawn++ {
 		start := time.Now()
 		r := d.pool.Submit(ctx, req.Type, req.Payload)
+		took := time.Since(start)
 		res.Attempts = append(res.Attempts, apiv1.Attempt{
 			Peer: LocalWorker, Outcome: r.Outcome, Error: r.Error,
-			DurationMS: apiv1.Millis(time.Since(start)),
+			DurationMS: apiv1.Millis(took),
 		})
-		if r.Outcome == workers.Busy && spawn < d.cfg.Worker.MaxSpawnAttempts && ctx.Err() == nil {
+		d.attemptEnded(req.Type, r.Outcome, took)
+		if r.Outcome == workers.Busy && spawn < d.cfg.Worker.MaxSpawnAttempts && ctx.Err() == nil && d.fits(ctx, req.Type) {
 			t := time.NewTimer(d.cfg.Worker.RetryDelay)
 			select {
 			case <-t.C:
@@ -288,6 +314,12 @@ func (d *Dispatcher) fallback(ctx context.Context, req WorkRequest, plan *select
 			case <-ctx.Done():
 				t.Stop()
 			}
+		}
+		if r.Outcome == workers.Busy && ctx.Err() == nil {
+			// Every worker that could run it is busy, this one too: the
+			// request may wait for room (place).
+			res.blocked = true
+			return res
 		}
 		res.Worker = LocalWorker
 		switch {
@@ -302,6 +334,13 @@ func (d *Dispatcher) fallback(ctx context.Context, req WorkRequest, plan *select
 		}
 		return res
 	}
+}
+
+// fits reports whether work of workType placed now can still end within
+// ctx's deadline, by the least time such work is seen to take.
+func (d *Dispatcher) fits(ctx context.Context, workType string) bool {
+	dl, ok := ctx.Deadline()
+	return !ok || selection.Spare(time.Until(dl), d.need(workType)) > 0
 }
 
 // serves reports whether the local worker serves workType.

@@ -111,6 +111,7 @@ func (l *attemptLoop) run(s strategy) {
 		ev, r := s.next()
 		switch ev {
 		case ended:
+			l.d.attemptEnded(l.req.Type, r.outcome, r.dur)
 			v := l.plan.Report(r.pick, r.outcome, r.dur)
 			l.res.Attempts = append(l.res.Attempts, l.d.attemptOf(r, r.outcome))
 			if v == selection.Done {
@@ -183,6 +184,7 @@ func (l *attemptLoop) undecided() {
 // abandoned records an attempt that the decision cut short: reported
 // cancelled, so it stays out of the error statistics.
 func (l *attemptLoop) abandoned(r attemptResult) {
+	l.d.attemptEnded(l.req.Type, workers.Cancelled, r.dur)
 	l.plan.Report(r.pick, workers.Cancelled, r.dur)
 	l.res.Attempts = append(l.res.Attempts, l.d.attemptOf(r, workers.Cancelled))
 }

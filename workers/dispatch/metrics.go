@@ -241,6 +241,8 @@ func (d *Dispatcher) knownType(wt string) bool {
 var (
 	descInFlight = prometheus.NewDesc("workmesh_dispatch_in_flight",
 		"Requests being dispatched now.", nil, nil)
+	descAdmission = prometheus.NewDesc("workmesh_dispatch_admission_waiting",
+		"Requests waiting in the admission queue while every worker that could run them is busy.", nil, nil)
 	descLiveness = prometheus.NewDesc("workmesh_peer_liveness_state",
 		"Liveness state of each fresh peer: 1 for its current state, 0 for the others.", []string{"peer", "state"}, nil)
 	descLivenessCount = prometheus.NewDesc("workmesh_peers_by_liveness",
@@ -263,7 +265,7 @@ var (
 func (d *Dispatcher) Collector() prometheus.Collector {
 	m := d.metrics
 	return scrape.Collector(d.collect,
-		[]*prometheus.Desc{descInFlight, descLiveness, descLivenessCount, descScore, descRated, descPeerRTT},
+		[]*prometheus.Desc{descInFlight, descAdmission, descLiveness, descLivenessCount, descScore, descRated, descPeerRTT},
 		m.requests, m.duration, m.attempts, m.hedgesFired, m.hedgesWon,
 		m.fallbacks, m.beyondHead, m.transitions, m.polls, m.pollRTT)
 }
@@ -272,6 +274,7 @@ func (d *Dispatcher) Collector() prometheus.Collector {
 // state, score and poll round-trip time of each.
 func (d *Dispatcher) collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descInFlight, prometheus.GaugeValue, float64(d.metrics.inFlight.Load()))
+	ch <- prometheus.MustNewConstMetric(descAdmission, prometheus.GaugeValue, float64(d.admission.Waiting()))
 	live := d.sel.Liveness()
 	counts := live.Counts()
 	for _, s := range selection.States() {

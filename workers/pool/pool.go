@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/sirupsen/logrus"
 
@@ -48,6 +49,9 @@ type Pool struct {
 	inFlight atomic.Int64
 	// queued counts admitted requests that have not had their turn yet.
 	queued atomic.Int64
+	// runNS is a moving average of how long a handler ran, in nanoseconds
+	// (0 until one ran): what lateFor estimates a queued request's end by.
+	runNS atomic.Int64
 }
 
 // Stats is the local worker's capacity and current load, as advertised
@@ -186,6 +190,11 @@ func (p *Pool) Admit(ctx context.Context, workType string, payload []byte) (t *T
 		return nil, workers.Fail(workers.Busy, "local worker busy: %d running, %d of %d queued",
 			p.inFlight.Load(), p.queued.Load(), p.queueSize), false
 	}
+	if res, late := p.lateFor(ctx); late {
+		p.admitted.Add(-1)
+		p.mu.RUnlock()
+		return nil, res, false
+	}
 	p.queued.Add(1)
 	p.wg.Add(1)
 	p.mu.RUnlock()
@@ -194,6 +203,42 @@ func (p *Pool) Admit(ctx context.Context, workType string, payload []byte) (t *T
 	t = &Ticket{ctx: jctx, cancel: cancel, workType: workType, payload: payload}
 	t.stopPool = context.AfterFunc(p.ctx, func() { cancel(context.Cause(p.ctx)) })
 	return t, workers.Result{}, true
+}
+
+// lateFor says whether a request with ctx's deadline, queued now, would
+// likely end after that deadline, and answers it Busy then: the request
+// is better placed elsewhere, or waits at the node that took it, than
+// expires in this queue. A request that would start at once is always
+// taken. The estimate is pessimistic about the queue (the running
+// requests may have just started): the queued ones ahead run in waves of
+// local-concurrency, then this one, each wave as long as the handlers'
+// moving average.
+func (p *Pool) lateFor(ctx context.Context) (workers.Result, bool) {
+	deadline, ok := ctx.Deadline()
+	avg := time.Duration(p.runNS.Load())
+	queued := p.queued.Load()
+	if !ok || avg <= 0 || p.inFlight.Load()+queued < int64(p.concurrency) {
+		return workers.Result{}, false
+	}
+	waves := queued/int64(p.concurrency) + 2
+	end := time.Duration(waves) * avg
+	left := time.Until(deadline)
+	if end+end/10 <= left { // a tenth to spare: an estimate ends late as often as early
+		return workers.Result{}, false
+	}
+	return workers.Fail(workers.Busy, "local worker busy: %d running, %d queued: the work would end in about %s, too close to or after the %s left of its deadline",
+		p.inFlight.Load(), queued, end.Round(time.Millisecond), max(0, left).Round(time.Millisecond)), true
+}
+
+// observeRun adds one handler's run time to the moving average.
+func (p *Pool) observeRun(d time.Duration) {
+	old := p.runNS.Load()
+	if old == 0 {
+		p.runNS.Store(int64(d))
+		return
+	}
+	// A race between two updates loses one sample: it is an estimate.
+	p.runNS.Store(old + (int64(d)-old)/8)
 }
 
 // takeTurn waits until the request may run. When the Ticket's context ends
@@ -227,10 +272,12 @@ func (p *Pool) notRun(t *Ticket) workers.Result {
 // the Ticket.
 func (p *Pool) execute(t *Ticket) workers.Result {
 	p.inFlight.Add(1)
+	start := time.Now()
 	res := workers.Run(t.ctx, t.workType, p.handler(t.workType), t.payload, func(v any, stack []byte) {
 		p.log.WithFields(logrus.Fields{"work_type": t.workType, "panic": v}).
 			Errorf("handler panicked; answered with a permanent error\n%s", stack)
 	})
+	p.observeRun(time.Since(start))
 	p.inFlight.Add(-1)
 	return p.release(t, true, res)
 }

@@ -288,3 +288,68 @@ func TestPool_ExactlyOneResultUnderConcurrency(t *testing.T) {
 		})
 	}
 }
+
+// TestPool_BusyForWorkThatWouldEndPastItsDeadline: once the pool knows how
+// long its work runs, a request that would wait in the queue until after
+// its deadline is answered Busy at once, saying so, rather than queued to
+// expire; one with time enough, or no deadline, is still queued.
+func TestPool_BusyForWorkThatWouldEndPastItsDeadline(t *testing.T) {
+	g := workertest.NewGate(true)
+	defer g.Open()
+	p := workertest.NewPool(t, 1, 50, map[string]workers.Handler{"gate": g})
+	// One run of 100ms teaches the pool how long work runs.
+	if r := p.Submit(context.Background(), "sleep", []byte("100ms")); r.Outcome != workers.Success {
+		t.Fatalf("sleep: %v %q", r.Outcome, r.Error)
+	}
+	running := submitAsync(context.Background(), p, "gate", "a")
+	workertest.Recv(t, g.Started, "the slot to be taken")
+
+	qctx, cancelQueued := context.WithCancel(context.Background())
+	var queued []*pool.Ticket
+	t.Cleanup(func() {
+		cancelQueued()
+		for _, tk := range queued {
+			p.RunInline(tk)
+		}
+	})
+	admit := func(timeout time.Duration) (workers.Result, bool) {
+		ctx := qctx
+		if timeout > 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(qctx, timeout)
+			t.Cleanup(cancel)
+		}
+		tk, res, ok := p.Admit(ctx, "gate", nil)
+		if ok {
+			queued = append(queued, tk)
+		}
+		return res, ok
+	}
+	// A second's deadline: at 100ms a run, one at a time, the queue takes
+	// a few (about 7) and refuses the rest.
+	var refused workers.Result
+	admitted := 0
+	for range 20 {
+		res, ok := admit(time.Second)
+		if !ok {
+			refused = res
+			break
+		}
+		admitted++
+	}
+	if admitted < 3 || admitted >= 10 {
+		t.Fatalf("%d of 20 requests with a 1s deadline queued behind 100ms runs one at a time; want about 7", admitted)
+	}
+	if refused.Outcome != workers.Busy || !strings.Contains(refused.Error, "after the") || !strings.Contains(refused.Error, "left of its deadline") {
+		t.Fatalf("refusal %v %q, want Busy saying the work would end after its deadline", refused.Outcome, refused.Error)
+	}
+	// Time enough, or no deadline: queued.
+	if res, ok := admit(time.Minute); !ok {
+		t.Fatalf("a request with a minute's deadline refused: %q", res.Error)
+	}
+	if res, ok := admit(0); !ok {
+		t.Fatalf("a request without a deadline refused: %q", res.Error)
+	}
+	g.Open()
+	workertest.Recv(t, running, "the running request to end")
+}

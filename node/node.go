@@ -73,6 +73,7 @@ type Node struct {
 	info []infoSource
 
 	host    *nodeHost
+	guard   *dialGuard
 	table   *PeerTable
 	records *recordPublisher
 	members *membership
@@ -135,8 +136,18 @@ func New(ctx context.Context, cfg config.NodeConfig, opts ...Option) (*Node, err
 		n.Close()
 		return nil, fmt.Errorf("node: %w", err)
 	}
-	n.table = NewPeerTable(PeerTableConfig{Self: h.ID(), Network: cfg.Network, TTL: cfg.RecordTTL, Clock: o.clock, Logger: o.log})
-	n.gossip = newGossip(h.Host, n.table, cfg.Network, cfg.RecordTTL, o.log)
+	// The guard observes connections from the first one on (membership
+	// dials the bootstrap peers below), including those of a borrowed host.
+	n.guard = newDialGuard(cfg.NewcomerDials, cfg.NewcomerDialInterval)
+	nf := n.guard.notifiee()
+	h.Network().Notify(nf)
+	n.parts = append(n.parts, closerFunc(func() error { h.Network().StopNotify(nf); return nil }))
+	for _, c := range h.Network().Conns() {
+		n.guard.observe(c.RemotePeer(), c.RemoteMultiaddr())
+	}
+	n.table = NewPeerTable(PeerTableConfig{Self: h.ID(), Network: cfg.Network, TTL: cfg.RecordTTL, Clock: o.clock, Logger: o.log,
+		Cap: cfg.PeerTableCap})
+	n.gossip = newGossip(h.Host, n.table, n.guard, cfg.Network, cfg.RecordTTL, o.log)
 	n.records = newRecordPublisher(cfg, &o, key, h.Host, n.gossip, func() { n.dht.storeRecord() })
 	n.parts = append(n.parts, n.records)
 	if err := n.records.resign(); err != nil {
@@ -182,6 +193,11 @@ func New(ctx context.Context, cfg config.NodeConfig, opts ...Option) (*Node, err
 	n.log.WithFields(logrus.Fields{"peer": h.ID().String(), "network": cfg.Network}).Info("node started")
 	return n, nil
 }
+
+// closerFunc makes a function an io.Closer.
+type closerFunc func() error
+
+func (f closerFunc) Close() error { return f() }
 
 // checkConfig refuses a network name that cannot be part of a protocol ID
 // and record timing under which peers would expire between announcements.

@@ -74,6 +74,8 @@ type Node struct {
 
 	host    *nodeHost
 	guard   *dialGuard
+	// syncBudget is each member's byte budget of nodedata answers.
+	syncBudget *peerBuckets
 	table   *PeerTable
 	records *recordPublisher
 	members *membership
@@ -139,6 +141,7 @@ func New(ctx context.Context, cfg config.NodeConfig, opts ...Option) (*Node, err
 	// The guard observes connections from the first one on (membership
 	// dials the bootstrap peers below), including those of a borrowed host.
 	n.guard = newDialGuard(cfg.NewcomerDials, cfg.NewcomerDialInterval)
+	n.syncBudget = newPeerBuckets(syncBudgetRate, syncBudgetBurst)
 	nf := n.guard.notifiee()
 	h.Network().Notify(nf)
 	n.parts = append(n.parts, closerFunc(func() error { h.Network().StopNotify(nf); return nil }))

@@ -72,16 +72,16 @@ type Node struct {
 	// info adds fields to /v1/info; see WithInfo.
 	info []infoSource
 
-	host    *nodeHost
-	guard   *dialGuard
+	host  *nodeHost
+	guard *dialGuard
 	// syncBudget is each member's byte budget of nodedata answers.
 	syncBudget *peerBuckets
-	table   *PeerTable
-	records *recordPublisher
-	members *membership
-	gossip  *gossip
-	dht     *dhtRecords
-	api     *httpapi.Server
+	table      *PeerTable
+	records    *recordPublisher
+	members    *membership
+	gossip     *gossip
+	dht        *dhtRecords
+	api        *httpapi.Server
 	// parts are the started parts, in the order they started.
 	parts []io.Closer
 

@@ -125,7 +125,11 @@ func (g *gossip) verify(from, author peer.ID, data []byte) (any, error) {
 		g.table.RejectVia(SourceGossip, RejectReplay, author, err)
 		return nil, fmt.Errorf("%w: %w", pubsub.ErrIgnore, err)
 	}
-	g.enter(sd, author, SourceGossip)
+	if _, err := g.enter(sd, author, SourceGossip); err != nil {
+		// Refused here (the table is full): not passed on, and no fault
+		// of the peer that relayed it.
+		return nil, fmt.Errorf("%w: %w", pubsub.ErrIgnore, err)
+	}
 	return nil, nil
 }
 

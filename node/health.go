@@ -219,8 +219,10 @@ func (n *Node) handleNodeData(s network.Stream) {
 	if err = writeFrame(s, own); err != nil || !req.All {
 		return
 	}
-	if !member {
-		return // the whole table only to a peer the node knows
+	if !member || !n.fullSyncs.allow(from) {
+		// The whole table only to a peer the node knows, and once per
+		// record-ttl: what changes after, gossip brings.
+		return
 	}
 	sent := 1
 	for _, p := range n.table.Peers() {
@@ -245,7 +247,7 @@ func (n *Node) handleNodeData(s network.Stream) {
 // member: it pushed its record, or it was announced) is answered from a
 // byte budget of its own, syncBudgetBurst at once and syncBudgetRate more
 // a second; the node's full table (a newcomer's first syncs) fits a few
-// hundred records. Any other peer is answered with at most
+// hundred records, and is sent to one peer at most once per record-ttl. Any other peer is answered with at most
 // syncAmplification times the bytes it sent in the exchange, and never with
 // the whole table.
 const (

@@ -16,6 +16,7 @@ import (
 	ma "github.com/multiformats/go-multiaddr"
 	manet "github.com/multiformats/go-multiaddr/net"
 	"github.com/sirupsen/logrus"
+	"golang.org/x/time/rate"
 
 	"github.com/workmesh/workmesh/config"
 	"github.com/workmesh/workmesh/node/httpapi"
@@ -76,6 +77,8 @@ type Node struct {
 	guard *dialGuard
 	// syncBudget is each member's byte budget of nodedata answers.
 	syncBudget *peerBuckets
+	// fullSyncs allows each peer one whole-table answer per record-ttl.
+	fullSyncs *peerBuckets
 	table      *PeerTable
 	records    *recordPublisher
 	members    *membership
@@ -142,6 +145,7 @@ func New(ctx context.Context, cfg config.NodeConfig, opts ...Option) (*Node, err
 	// dials the bootstrap peers below), including those of a borrowed host.
 	n.guard = newDialGuard(cfg.NewcomerDials, cfg.NewcomerDialInterval)
 	n.syncBudget = newPeerBuckets(syncBudgetRate, syncBudgetBurst)
+	n.fullSyncs = newPeerBuckets(rate.Every(cfg.RecordTTL), 1)
 	nf := n.guard.notifiee()
 	h.Network().Notify(nf)
 	n.parts = append(n.parts, closerFunc(func() error { h.Network().StopNotify(nf); return nil }))

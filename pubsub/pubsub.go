@@ -125,8 +125,9 @@ type Announcer struct {
 
 	// Messages gossipsub dropped under load (see Dropped).
 	droppedValidation, droppedOutbound atomic.Uint64
-	// Messages rejected because their peer passed its rate (WithPeerRate).
-	throttled atomic.Uint64
+	// Messages rejected because their peer passed its rate (WithPeerRate),
+	// and those dropped on arrival at twice it.
+	throttled, shed atomic.Uint64
 
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
@@ -203,6 +204,13 @@ func New(ctx context.Context, h host.Host, network string, verify Verifier, deli
 		// and, below the thresholds, is not gossiped to, not published
 		// to and at last graylisted: its messages are dropped unread.
 		lpubsub.WithPeerScore(ScoreParams(TopicName(network)), ScoreThresholds()),
+		// A peer sending more than twice its rate (WithPeerRate) has the
+		// excess dropped as it arrives, before gossipsub's validation
+		// queue, which the messages of every peer share: a flood cannot
+		// crowd honest announcements out of it. Up to twice the rate
+		// reaches the verifier, which rejects what is beyond the rate
+		// itself, and that is what sinks the peer's score.
+		lpubsub.WithAppSpecificRpcInspector(newPeerLimits(2*o.peerRate, 2*o.peerBurst).inspect(&a.shed)),
 	}, o.gossipOpts...)
 	ps, err := lpubsub.NewGossipSub(ctx, h, gopts...)
 	if err != nil {
@@ -371,8 +379,9 @@ func (a *Announcer) Dropped() (validation, outbound uint64) {
 }
 
 // Throttled returns how many messages were rejected because the peer that
-// passed them on exceeded its rate (WithPeerRate).
-func (a *Announcer) Throttled() uint64 { return a.throttled.Load() }
+// passed them on exceeded its rate (WithPeerRate), and how many were
+// dropped on arrival because it exceeded twice its rate.
+func (a *Announcer) Throttled() (rejected, shed uint64) { return a.throttled.Load(), a.shed.Load() }
 
 // HasStream reports whether gossipsub's own stream to p is open, so that a
 // message published now is sent to p. A peer's subscription can be known

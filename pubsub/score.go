@@ -1,7 +1,9 @@
 package pubsub
 
 import (
+	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	lpubsub "github.com/libp2p/go-libp2p-pubsub"
@@ -12,10 +14,12 @@ import (
 // ScoreParams are the gossipsub peer-score parameters of the NodeData topic.
 // Only what tells a hostile peer from an honest one counts:
 //
-//   - invalid messages (P4): each announcement the verifier rejects (forged,
-//     malformed, from a peer beyond its rate) weighs -1, squared, decaying
-//     to a tenth in a minute: 10 rejections in a row take a peer below the
-//     gossip threshold, 32 below the graylist threshold;
+//   - invalid messages (P4): the count of announcements the verifier
+//     rejected (forged, malformed, from a peer beyond its rate), squared,
+//     weighs -10, the count decaying to a tenth in a minute: 4 rejections
+//     take a peer below the gossip threshold, 8 below the publish one, 10
+//     to the graylist threshold. An honest peer sends none: it verifies
+//     what it passes on, and stays within its rate;
 //   - behaviour (P7): gossipsub's own penalty for broken promises and
 //     backoff violations.
 //
@@ -35,7 +39,8 @@ func ScoreParams(topic string) *lpubsub.PeerScoreParams {
 		Topics: map[string]*lpubsub.TopicScoreParams{topic: {
 			SkipAtomicValidation:           true,
 			TopicWeight:                    1,
-			InvalidMessageDeliveriesWeight: -1,
+			TimeInMeshQuantum:              time.Second, // P1 is off (weight 0), but the quantum divides
+			InvalidMessageDeliveriesWeight: -10,
 			InvalidMessageDeliveriesDecay:  lpubsub.ScoreParameterDecay(time.Minute),
 		}},
 	}
@@ -70,7 +75,23 @@ func newPeerLimits(r rate.Limit, burst int) *peerLimits {
 }
 
 // allow takes one token from p's bucket.
-func (l *peerLimits) allow(p peer.ID) bool {
+func (l *peerLimits) allow(p peer.ID) bool { return l.allowN(p, 1) }
+
+// inspect is a gossipsub RPC inspector that refuses an RPC whose published
+// messages p's bucket cannot pay for, counting them in shed.
+func (l *peerLimits) inspect(shed *atomic.Uint64) func(peer.ID, *lpubsub.RPC) error {
+	return func(p peer.ID, rpc *lpubsub.RPC) error {
+		n := len(rpc.GetPublish())
+		if n == 0 || l.allowN(p, n) {
+			return nil
+		}
+		shed.Add(uint64(n))
+		return fmt.Errorf("peer %s: %d messages beyond its rate", p, n)
+	}
+}
+
+// allowN takes n tokens from p's bucket, or none when it has fewer.
+func (l *peerLimits) allowN(p peer.ID, n int) bool {
 	if l.r == rate.Inf {
 		return true
 	}
@@ -84,5 +105,5 @@ func (l *peerLimits) allow(p peer.ID) bool {
 		l.by[p] = lim
 	}
 	l.mu.Unlock()
-	return lim.Allow()
+	return lim.AllowN(time.Now(), n)
 }

@@ -79,12 +79,12 @@ type Node struct {
 	syncBudget *peerBuckets
 	// fullSyncs allows each peer one whole-table answer per record-ttl.
 	fullSyncs *peerBuckets
-	table      *PeerTable
-	records    *recordPublisher
-	members    *membership
-	gossip     *gossip
-	dht        *dhtRecords
-	api        *httpapi.Server
+	table     *PeerTable
+	records   *recordPublisher
+	members   *membership
+	gossip    *gossip
+	dht       *dhtRecords
+	api       *httpapi.Server
 	// parts are the started parts, in the order they started.
 	parts []io.Closer
 

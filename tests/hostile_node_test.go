@@ -28,9 +28,9 @@ import (
 	"github.com/workmesh/workmesh/config"
 	"github.com/workmesh/workmesh/node"
 	"github.com/workmesh/workmesh/selection"
+	"github.com/workmesh/workmesh/tests/testkit"
 	"github.com/workmesh/workmesh/workers"
 	"github.com/workmesh/workmesh/workers/dispatch"
-	"github.com/workmesh/workmesh/tests/testkit"
 )
 
 // The hostile-peer suite (issue 21, measurements 2 to 4): a gateway and two

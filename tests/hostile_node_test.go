@@ -533,7 +533,7 @@ func TestHostileMetricsBounded(t *testing.T) {
 	size, peers := scrapeSize(t, reg)
 	t.Logf("/metrics: %d bytes quiet, %d bytes with %d peers in the table; %d peer label values", quiet, size, gw.node.Peers().Len(), len(peers))
 	if len(peers) > 16+2 {
-		t.Errorf("/metrics names %d peers, want at most 16 and local, other: %v", len(peers), peers)
+		t.Errorf("/metrics names %d peers, want at most 16 and local, other (the first: %v)", len(peers), peers[:5])
 	}
 	if size > quiet+32<<10 {
 		t.Errorf("/metrics grew from %d to %d bytes with 300 made-up peers, want at most %d more", quiet, size, 32<<10)

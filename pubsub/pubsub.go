@@ -55,7 +55,7 @@ type options struct {
 // (a network forming) fits in the burst.
 const (
 	DefaultPeerRate  rate.Limit = 200
-	DefaultPeerBurst            = 400
+	DefaultPeerBurst int        = 400
 )
 
 // WithPeerRate limits the announcements one peer may pass to this node: r a

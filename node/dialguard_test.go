@@ -14,11 +14,11 @@ func TestDialGuardVouchesObservedIPsOnly(t *testing.T) {
 	g.observe(p, ma.StringCast("/ip4/127.0.0.1/udp/40000/quic-v1"))
 	g.observe(relay, ma.StringCast("/ip4/10.0.0.9/udp/4001/quic-v1"))
 	addrs := []ma.Multiaddr{
-		ma.StringCast("/ip4/127.0.0.1/udp/4001/quic-v1"),                                     // seen at that IP, another port
-		ma.StringCast("/ip4/127.0.0.77/udp/4001/quic-v1"),                                    // never seen there
+		ma.StringCast("/ip4/127.0.0.1/udp/4001/quic-v1"),                                       // seen at that IP, another port
+		ma.StringCast("/ip4/127.0.0.77/udp/4001/quic-v1"),                                      // never seen there
 		ma.StringCast("/ip4/10.0.0.9/udp/4001/quic-v1/p2p/" + relay.String() + "/p2p-circuit"), // through a relay seen there
 		ma.StringCast("/ip4/10.0.0.8/udp/4001/quic-v1/p2p/" + relay.String() + "/p2p-circuit"), // the relay never seen there
-		ma.StringCast("/dns4/example.invalid/udp/4001/quic-v1"),                              // no IP to judge
+		ma.StringCast("/dns4/example.invalid/udp/4001/quic-v1"),                                // no IP to judge
 	}
 	ok, rest := g.vouched(p, addrs)
 	if len(ok) != 2 || !ok[0].Equal(addrs[0]) || !ok[1].Equal(addrs[2]) {

@@ -56,6 +56,19 @@ type NodeConfig struct {
 	// `node start`) waits for its work in progress after withdrawing its
 	// work types; 0 stops at once, cancelling that work.
 	DrainTimeout time.Duration `koanf:"drain-timeout"`
+	// PeerTableCap bounds the peers the peer table holds; when it is full
+	// a record of a new peer is refused, unless the node is connected to
+	// that peer, which then takes the place of the longest-unheard peer
+	// the node is not connected to.
+	PeerTableCap int `koanf:"peer-table-cap"`
+	// NewcomerDials is the node's budget of dials to addresses at which the
+	// peer they belong to was never observed (a record's word only): at
+	// most this many at once, one more every NewcomerDialInterval. 0 never
+	// dials such an address.
+	NewcomerDials int `koanf:"newcomer-dials"`
+	// NewcomerDialInterval is how often the newcomer dial budget grows by
+	// one, up to NewcomerDials.
+	NewcomerDialInterval time.Duration `koanf:"newcomer-dial-interval"`
 }
 
 // WorkerConfig bounds how a request is sent to workers. The names of the
@@ -291,6 +304,11 @@ func Defaults() Config {
 			LogLevel:         "info",
 			LogFormat:        "text",
 			DrainTimeout:     10 * time.Second,
+			// Hostile peers (README): bounds on what records from the
+			// network can make the node hold and dial.
+			PeerTableCap:         10000,
+			NewcomerDials:        8,
+			NewcomerDialInterval: 2 * time.Second,
 		},
 		Worker: WorkerConfig{
 			WorkerTimeout:         500 * time.Millisecond,

@@ -18,18 +18,21 @@ const envPrefix = "WORKMESH_"
 // derived from the koanf struct tags in config.go, so they cannot drift. A
 // test fails when a setting has no help here or an entry names no setting.
 var help = map[string]string{
-	"network":           "network name scoping protocols, DHT records and gossip; nodes on other networks are never seen",
-	"listen":            "multiaddrs the libp2p host listens on",
-	"bootstrap":         "full multiaddrs (with /p2p/<id>) of peers to join the network through",
-	"data-dir":          "directory that keeps the node identity (empty: $HOME/.workmesh)",
-	"api":               "host:port the local HTTP API of node start listens on (env WORKMESH_NODE_API; WORKMESH_API is the client commands' target, not this)",
-	"labels":            "group labels this node advertises for label balancing; a request requiring labels runs on the local worker only when they are all here",
-	"work-types":        "work types the local worker serves",
-	"announce-interval": "time between two publications of this node's NodeData",
-	"record-ttl":        "how long a peer's NodeData stays fresh without a newer one; must exceed announce-interval",
-	"log-level":         "log level (a logrus level): trace, debug, info, warn or error",
-	"log-format":        "log format: text or json",
-	"drain-timeout":     "on SIGINT or SIGTERM, how long node start waits for work in progress after withdrawing its work types; 0 stops at once",
+	"network":                "network name scoping protocols, DHT records and gossip; nodes on other networks are never seen",
+	"listen":                 "multiaddrs the libp2p host listens on",
+	"bootstrap":              "full multiaddrs (with /p2p/<id>) of peers to join the network through",
+	"data-dir":               "directory that keeps the node identity (empty: $HOME/.workmesh)",
+	"api":                    "host:port the local HTTP API of node start listens on (env WORKMESH_NODE_API; WORKMESH_API is the client commands' target, not this)",
+	"labels":                 "group labels this node advertises for label balancing; a request requiring labels runs on the local worker only when they are all here",
+	"work-types":             "work types the local worker serves",
+	"announce-interval":      "time between two publications of this node's NodeData",
+	"record-ttl":             "how long a peer's NodeData stays fresh without a newer one; must exceed announce-interval",
+	"log-level":              "log level (a logrus level): trace, debug, info, warn or error",
+	"log-format":             "log format: text or json",
+	"drain-timeout":          "on SIGINT or SIGTERM, how long node start waits for work in progress after withdrawing its work types; 0 stops at once",
+	"peer-table-cap":         "most peers the peer table holds; when full, a new peer's record is refused unless the node is connected to it (it then replaces the longest-unheard unconnected peer)",
+	"newcomer-dials":         "dials this node may make to addresses their peer was never observed at (a record's word only), at once; 0 never dials them",
+	"newcomer-dial-interval": "how often the newcomer-dials budget grows by one dial",
 
 	"worker-timeout":              "upper bound on the wait for a remote worker whose round trip is not measured yet to accept a request (say it took it on); it bounds a silent worker only: work that runs is bounded by the request's own timeout",
 	"worker-response-timeout":     "least wait for a remote worker to accept a request before it is given up and the next one tried; a far worker gets rtt-factor times its round trip plus rtt-margin, up to peer-wait-max; at most worker-timeout",
@@ -121,6 +124,7 @@ type FlagGroup struct {
 // A test fails when a setting has no group or names one FlagGroups lacks.
 var group = map[string]string{
 	"data-dir": "node", "log-level": "node", "log-format": "node", "drain-timeout": "node",
+	"peer-table-cap": "network", "newcomer-dials": "network", "newcomer-dial-interval": "network",
 
 	"network": "network", "listen": "network", "bootstrap": "network",
 	"announce-interval": "network", "record-ttl": "network",

@@ -172,6 +172,13 @@ func (n *NodeConfig) Validate() error {
 		c.failf("log-format", "log-format %q is not one of text, json", n.LogFormat)
 	}
 	notNegative(&c, "drain-timeout", n.DrainTimeout)
+	if n.PeerTableCap < 1 {
+		c.failf("peer-table-cap", "peer-table-cap %d must be >= 1", n.PeerTableCap)
+	}
+	if n.NewcomerDials < 0 {
+		c.failf("newcomer-dials", "newcomer-dials %d must be >= 0", n.NewcomerDials)
+	}
+	positive(&c, "newcomer-dial-interval", n.NewcomerDialInterval)
 	return c.join()
 }
 

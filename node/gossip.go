@@ -21,13 +21,29 @@ type gossip struct {
 	log     *logrus.Logger
 	host    host.Host
 	table   *PeerTable
+	guard   *dialGuard
 	network string
 	ttl     time.Duration // how long a record's addresses are kept
 	ann     *pubsub.Announcer
+	// newcomers bounds, per peer that passes records on, how many peers
+	// new to the table it may introduce (see verify).
+	newcomers *peerBuckets
 }
 
-func newGossip(h host.Host, table *PeerTable, network string, ttl time.Duration, log *logrus.Logger) *gossip {
-	return &gossip{log: log, host: h, table: table, network: network, ttl: ttl}
+// A peer that passes records on may introduce newcomerBurst peers new to
+// the table at once, and newcomerRate more a second: a network forming
+// through one bootstrap peer fits (a burst of 200 records of 200 new
+// peers is kept whole), one peer inventing identities does not get far.
+// A record beyond it is ignored, not rejected: its peer's next
+// announcement, from this peer or another, brings it again.
+const (
+	newcomerBurst = 256
+	newcomerRate  = 8
+)
+
+func newGossip(h host.Host, table *PeerTable, guard *dialGuard, network string, ttl time.Duration, log *logrus.Logger) *gossip {
+	return &gossip{log: log, host: h, table: table, guard: guard, network: network, ttl: ttl,
+		newcomers: newPeerBuckets(newcomerRate, newcomerBurst)}
 }
 
 // Start joins the NodeData topic; onPeerJoin runs when a peer joins it.
@@ -62,16 +78,27 @@ func (g *gossip) Close() error {
 // peer table's rules (newest sequence wins, replays refused) apply whoever
 // relayed it. A good record is entered in the peer table here, without
 // waiting for gossipsub's delivery queue.
-func (g *gossip) verify(author peer.ID, data []byte) (any, error) {
+//
+// from, the peer that passed the message on, introduces at most
+// newcomerBurst peers new to the table at once (newcomerRate a second
+// after): beyond that a record of a peer the table does not hold is
+// ignored before its signature is checked.
+func (g *gossip) verify(from, author peer.ID, data []byte) (any, error) {
 	self := g.host.ID()
 	if author == self {
 		return nil, nil // our own publication on its way out, checked when it was made
 	}
-	if id, ok := envelopeSigner(data); ok && (id == self || g.table.HoldsGossiped(id, data)) {
+	id, ok := envelopeSigner(data)
+	if ok && (id == self || g.table.HoldsGossiped(id, data)) {
 		// Signed with our key: our own record passed back to us, which
 		// we never need (and a forgery would not pass the signature
 		// check). Otherwise a copy of what we already relayed.
 		return nil, pubsub.ErrIgnore
+	}
+	if ok && from != self {
+		if _, known := g.table.Sequence(id); !known && !g.newcomers.allow(from) {
+			return nil, fmt.Errorf("%w: %s passed on more records of peers new to this node than %d at once and %d a second", pubsub.ErrIgnore, from, newcomerBurst, newcomerRate)
+		}
 	}
 	// author is proven by gossipsub's message signature: a node's own
 	// record needs no second signature check (see openNodeData), a relayed
@@ -81,7 +108,7 @@ func (g *gossip) verify(author peer.ID, data []byte) (any, error) {
 		g.table.RejectVia(SourceGossip, ReasonOf(err), author, err)
 		return nil, err
 	}
-	id := sd.Data.PeerID
+	id = sd.Data.PeerID
 	if have, ok := g.table.Sequence(id); ok && sd.Data.Sequence <= have {
 		if sd.Data.Sequence == have {
 			// Held, but learned by sync or from the DHT: relay it
@@ -98,7 +125,11 @@ func (g *gossip) verify(author peer.ID, data []byte) (any, error) {
 		g.table.RejectVia(SourceGossip, RejectReplay, author, err)
 		return nil, fmt.Errorf("%w: %w", pubsub.ErrIgnore, err)
 	}
-	g.enter(sd, author, SourceGossip)
+	if _, err := g.enter(sd, author, SourceGossip); err != nil {
+		// Refused here (the table is full): not passed on, and no fault
+		// of the peer that relayed it.
+		return nil, fmt.Errorf("%w: %w", pubsub.ErrIgnore, err)
+	}
 	return nil, nil
 }
 
@@ -119,11 +150,17 @@ func (g *gossip) accept(data []byte, from peer.ID, src Source) (bool, error) {
 }
 
 // enter offers a verified record to the table and, when it is newer, keeps
-// the addresses its peer signed so that the peer can be dialed.
+// those of the addresses its peer signed at which the peer was observed, so
+// that the host (and the DHT) may dial them. The others stay in the record
+// only: a record is its signer's word, and the word of a peer nobody
+// connected to must not make the node send packets to whatever address it
+// names (see dialGuard, DialInfo).
 func (g *gossip) enter(sd *SignedNodeData, from peer.ID, src Source) (bool, error) {
 	ok, err := g.table.Offer(sd, from, src)
 	if ok {
-		g.host.Peerstore().AddAddrs(sd.Data.PeerID, sd.Data.Multiaddrs(), g.ttl)
+		if addrs, _ := g.guard.vouched(sd.Data.PeerID, sd.Data.Multiaddrs()); len(addrs) > 0 {
+			g.host.Peerstore().AddAddrs(sd.Data.PeerID, addrs, g.ttl)
+		}
 	}
 	return ok, err
 }

@@ -10,6 +10,8 @@ import (
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
+
+	"github.com/workmesh/workmesh/node/frame"
 )
 
 // HealthProtocol returns the protocol ID of the health ping in a network.
@@ -181,17 +183,45 @@ func (n *Node) handleNodeData(s network.Stream) {
 	if err = s.SetDeadline(time.Now().Add(syncTimeout)); err != nil {
 		return
 	}
+	in := &countingReader{r: s}
 	var req nodedataRequest
-	if err = readJSONFrame(s, &req, maxRequestFrame); err != nil {
+	if err = readJSONFrame(in, &req, maxRequestFrame); err != nil {
 		n.log.WithField("peer", from.String()).Debugf("nodedata: bad request: %v", err)
 		return
 	}
 	if req.Push {
-		if err = n.takePush(s, from); err != nil {
+		if err = n.takePush(in, from); err != nil {
 			return
 		}
 	}
-	if err = writeFrame(s, n.current().Envelope); err != nil || !req.All {
+	// What the answer may cost (see syncAmplification, syncBudget): a peer
+	// the table holds a fresh record of draws on its byte budget; any
+	// other gets at most syncAmplification times what it sent.
+	_, member := n.table.Get(from)
+	credit := syncAmplification * in.n
+	send := func(b []byte) bool {
+		cost := len(b) + frameOverhead
+		if member {
+			return n.syncBudget.allowN(from, cost)
+		}
+		if cost > credit {
+			return false
+		}
+		credit -= cost
+		return true
+	}
+	own := n.current().Envelope
+	if !send(own) {
+		err = fmt.Errorf("nodedata: answer to %s beyond its budget (%d bytes asked for with %d sent)", from, len(own), in.n)
+		n.log.WithField("peer", from.String()).Debug(err)
+		return
+	}
+	if err = writeFrame(s, own); err != nil || !req.All {
+		return
+	}
+	if !member || !n.fullSyncs.allow(from) {
+		// The whole table only to a peer the node knows, and once per
+		// record-ttl: what changes after, gossip brings.
 		return
 	}
 	sent := 1
@@ -202,11 +232,42 @@ func (n *Node) handleNodeData(s network.Stream) {
 		if p.Data.PeerID == from {
 			continue // it knows itself best
 		}
+		if !send(p.Envelope) {
+			break // the rest when its budget has grown again
+		}
 		if err = writeFrame(s, p.Envelope); err != nil {
 			return
 		}
 		sent++
 	}
+}
+
+// Bounds on nodedata answers, so that a request cannot make the node send
+// much more than it cost: a peer the node holds a fresh record of (a
+// member: it pushed its record, or it was announced) is answered from a
+// byte budget of its own, syncBudgetBurst at once and syncBudgetRate more
+// a second; the node's full table (a newcomer's first syncs) fits a few
+// hundred records, and is sent to one peer at most once per record-ttl. Any other peer is answered with at most
+// syncAmplification times the bytes it sent in the exchange, and never with
+// the whole table.
+const (
+	syncAmplification = 10
+	syncBudgetBurst   = 256 << 10
+	syncBudgetRate    = 4 << 10
+	// frameOverhead is what a frame costs beyond its bytes (its length).
+	frameOverhead = frame.HeaderLen
+)
+
+// countingReader counts the bytes read through it.
+type countingReader struct {
+	r io.Reader
+	n int
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	k, err := c.r.Read(p)
+	c.n += k
+	return k, err
 }
 
 // takePush reads the record a peer pushed after its request and enters it.
@@ -215,7 +276,7 @@ func (n *Node) handleNodeData(s network.Stream) {
 // sends it to every topic peer this node is connected to in one hop, where
 // the newcomer's own announcement would have to wait for its gossip streams
 // and then travel through a mesh it is not part of yet.
-func (n *Node) takePush(s network.Stream, from peer.ID) error {
+func (n *Node) takePush(s io.Reader, from peer.ID) error {
 	b, err := readFrame(s, MaxRecordSize)
 	if err != nil {
 		if errors.Is(err, ErrFrameTooLarge) {
@@ -256,9 +317,11 @@ func (n *Node) pushEarly(ctx context.Context, p peer.ID) error {
 
 // fetchNodeData asks p for its own record (and, with all, every record it
 // holds) and offers each one to the peer table. It returns the number of
-// records that changed the table.
+// records that changed the table. The request carries this node's own
+// record (Push): p answers with its table only a peer whose record it
+// holds, and only a few times the bytes asked with to one it does not.
 func (n *Node) fetchNodeData(ctx context.Context, p peer.ID, all bool) (int, error) {
-	return n.exchangeNodeData(ctx, p, nodedataRequest{All: all})
+	return n.exchangeNodeData(ctx, p, nodedataRequest{All: all, Push: true})
 }
 
 // exchangeNodeData sends req to p (with this node's own record after it

@@ -16,6 +16,7 @@ import (
 	ma "github.com/multiformats/go-multiaddr"
 	manet "github.com/multiformats/go-multiaddr/net"
 	"github.com/sirupsen/logrus"
+	"golang.org/x/time/rate"
 
 	"github.com/workmesh/workmesh/config"
 	"github.com/workmesh/workmesh/node/httpapi"
@@ -72,13 +73,18 @@ type Node struct {
 	// info adds fields to /v1/info; see WithInfo.
 	info []infoSource
 
-	host    *nodeHost
-	table   *PeerTable
-	records *recordPublisher
-	members *membership
-	gossip  *gossip
-	dht     *dhtRecords
-	api     *httpapi.Server
+	host  *nodeHost
+	guard *dialGuard
+	// syncBudget is each member's byte budget of nodedata answers.
+	syncBudget *peerBuckets
+	// fullSyncs allows each peer one whole-table answer per record-ttl.
+	fullSyncs *peerBuckets
+	table     *PeerTable
+	records   *recordPublisher
+	members   *membership
+	gossip    *gossip
+	dht       *dhtRecords
+	api       *httpapi.Server
 	// parts are the started parts, in the order they started.
 	parts []io.Closer
 
@@ -135,8 +141,20 @@ func New(ctx context.Context, cfg config.NodeConfig, opts ...Option) (*Node, err
 		n.Close()
 		return nil, fmt.Errorf("node: %w", err)
 	}
-	n.table = NewPeerTable(PeerTableConfig{Self: h.ID(), Network: cfg.Network, TTL: cfg.RecordTTL, Clock: o.clock, Logger: o.log})
-	n.gossip = newGossip(h.Host, n.table, cfg.Network, cfg.RecordTTL, o.log)
+	// The guard observes connections from the first one on (membership
+	// dials the bootstrap peers below), including those of a borrowed host.
+	n.guard = newDialGuard(cfg.NewcomerDials, cfg.NewcomerDialInterval)
+	n.syncBudget = newPeerBuckets(syncBudgetRate, syncBudgetBurst)
+	n.fullSyncs = newPeerBuckets(rate.Every(cfg.RecordTTL), 1)
+	nf := n.guard.notifiee()
+	h.Network().Notify(nf)
+	n.parts = append(n.parts, closerFunc(func() error { h.Network().StopNotify(nf); return nil }))
+	for _, c := range h.Network().Conns() {
+		n.guard.observe(c.RemotePeer(), c.RemoteMultiaddr())
+	}
+	n.table = NewPeerTable(PeerTableConfig{Self: h.ID(), Network: cfg.Network, TTL: cfg.RecordTTL, Clock: o.clock, Logger: o.log,
+		Cap: cfg.PeerTableCap})
+	n.gossip = newGossip(h.Host, n.table, n.guard, cfg.Network, cfg.RecordTTL, o.log)
 	n.records = newRecordPublisher(cfg, &o, key, h.Host, n.gossip, func() { n.dht.storeRecord() })
 	n.parts = append(n.parts, n.records)
 	if err := n.records.resign(); err != nil {
@@ -182,6 +200,11 @@ func New(ctx context.Context, cfg config.NodeConfig, opts ...Option) (*Node, err
 	n.log.WithFields(logrus.Fields{"peer": h.ID().String(), "network": cfg.Network}).Info("node started")
 	return n, nil
 }
+
+// closerFunc makes a function an io.Closer.
+type closerFunc func() error
+
+func (f closerFunc) Close() error { return f() }
 
 // checkConfig refuses a network name that cannot be part of a protocol ID
 // and record timing under which peers would expire between announcements.

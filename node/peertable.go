@@ -82,6 +82,12 @@ type PeerTableConfig struct {
 	// Logger receives one debug line per rejected (reason, sender); nil
 	// means the standard logrus logger.
 	Logger *logrus.Logger
+	// Cap bounds the peers the table holds (0: no bound). When it is full,
+	// a record of a new peer is refused (RejectTableFull), unless the host
+	// is connected to that peer: it then takes the place of the
+	// longest-unheard peer the host is not connected to. A connected peer
+	// is never evicted.
+	Cap int
 }
 
 // tombstoneFactor sets how long the sequence of an expired peer is
@@ -119,6 +125,7 @@ type PeerTable struct {
 	ttl     time.Duration
 	clock   selection.Clock
 	log     *logrus.Logger
+	cap     int
 
 	// snap is a copy of byID for readers of the whole table, made by the
 	// first such reader after a change (nil until then): a burst of records
@@ -156,6 +163,7 @@ func NewPeerTable(cfg PeerTableConfig) *PeerTable {
 		ttl:        cfg.TTL,
 		clock:      cfg.Clock,
 		log:        cfg.Logger,
+		cap:        cfg.Cap,
 		byID:       make(map[peer.ID]*PeerInfo),
 		connected:  make(map[peer.ID]bool),
 		tombstones: make(map[peer.ID]tombstone),
@@ -235,10 +243,15 @@ func (t *PeerTable) Offer(sd *SignedNodeData, from peer.ID, src Source) (bool, e
 		t.rejectLocked(src, RejectReplay, from, err)
 		return false, err
 	}
-	delete(t.tombstones, id)
 	if _, ok := t.byID[id]; !ok {
+		if t.cap > 0 && len(t.byID) >= t.cap && !t.evictForLocked(id, now) {
+			err := reject(RejectTableFull, fmt.Errorf("record of %s: the table holds %d peers (peer-table-cap) and the node is not connected to it", id, len(t.byID)))
+			t.rejectLocked(src, RejectTableFull, from, err)
+			return false, err
+		}
 		t.additions.Add(1)
 	}
+	delete(t.tombstones, id)
 	t.byID[id] = &PeerInfo{
 		Data:      sd.Data,
 		Envelope:  sd.Envelope,
@@ -250,6 +263,33 @@ func (t *PeerTable) Offer(sd *SignedNodeData, from peer.ID, src Source) (bool, e
 	t.publishLocked()
 	return true, nil
 }
+
+// evictForLocked makes room for a record of id in a full table: when the
+// host is connected to id, the longest-unheard entry of a peer it is not
+// connected to is removed (remembered as expired ones are). It reports
+// whether there is room.
+func (t *PeerTable) evictForLocked(id peer.ID, now time.Time) bool {
+	if !t.connected[id] {
+		return false
+	}
+	var victim *PeerInfo
+	for _, e := range t.byID {
+		if !e.Connected && (victim == nil || e.LastSeen.Before(victim.LastSeen)) {
+			victim = e
+		}
+	}
+	if victim == nil {
+		return false
+	}
+	vid := victim.Data.PeerID
+	t.tombstones[vid] = tombstone{seq: victim.Data.Sequence, until: now.Add(tombstoneFactor * t.ttl)}
+	delete(t.byID, vid)
+	t.log.WithField("peer", vid.String()).Debug("peer evicted: the table is full and a connected peer needs its place")
+	return true
+}
+
+// Cap returns the most peers the table holds (0: no bound).
+func (t *PeerTable) Cap() int { return t.cap }
 
 // Sequence returns the highest sequence the table holds, or still remembers
 // after expiry, for id. A record of id is only entered above it.

@@ -23,6 +23,9 @@ const (
 	RejectReplay
 	// RejectWrongNetwork: the record belongs to another network.
 	RejectWrongNetwork
+	// RejectTableFull: the record is of a peer new to the table, the table
+	// holds peer-table-cap peers, and the node is not connected to it.
+	RejectTableFull
 
 	numRejectReasons = iota
 )
@@ -33,6 +36,7 @@ var rejectNames = [...]string{
 	RejectForged:       "forged",
 	RejectReplay:       "replay",
 	RejectWrongNetwork: "wrong-network",
+	RejectTableFull:    "table-full",
 }
 
 // String returns the reason's short name, as used in logs and counters.

@@ -13,6 +13,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
 	"github.com/sirupsen/logrus"
+	"golang.org/x/time/rate"
 )
 
 // TopicName returns the gossip topic that carries NodeData in a network.
@@ -25,12 +26,13 @@ func TopicName(network string) string { return "workmesh/" + network + "/nodedat
 var ErrIgnore = errors.New("announcement ignored")
 
 // Verifier checks one announcement before it is delivered or relayed.
-// author is the peer that published the message (gossipsub's own message
+// from is the peer that passed the message to this node (a direct
+// connection); author is the peer that published it (gossipsub's own message
 // signature, which is required and checked first, proves it). It returns the
 // decoded value that the Handler will receive. It is the earliest point at
 // which an announcement is known good, so a caller that only needs the value
 // may act on it here and pass a nil Handler.
-type Verifier func(author peer.ID, data []byte) (any, error)
+type Verifier func(from, author peer.ID, data []byte) (any, error)
 
 // Handler receives each verified announcement from another peer, with the
 // value its Verifier returned, after gossipsub's own bookkeeping.
@@ -43,6 +45,32 @@ type options struct {
 	log        *logrus.Logger
 	onPeerJoin func(peer.ID)
 	gossipOpts []lpubsub.Option
+	peerRate   rate.Limit
+	peerBurst  int
+}
+
+// Defaults of the per-peer rate limit on announcements (WithPeerRate): a
+// forwarding peer of a network of a few hundred nodes, each announcing every
+// few seconds, stays well under it, and a burst of 200 records back to back
+// (a network forming) fits in the burst.
+const (
+	DefaultPeerRate  rate.Limit = 200
+	DefaultPeerBurst int        = 400
+)
+
+// WithPeerRate limits the announcements one peer may pass to this node: r a
+// second, burst at once. A message beyond it is rejected before it is
+// verified, which counts against the peer in gossipsub's peer score (see
+// ScoreParams): a peer that keeps flooding is graylisted, and gossipsub then
+// ignores what it sends. r = rate.Inf lifts the limit.
+func WithPeerRate(r rate.Limit, burst int) Option {
+	return func(o *options) error {
+		if r <= 0 || burst < 1 {
+			return fmt.Errorf("pubsub: peer rate %v, burst %d: want both positive", r, burst)
+		}
+		o.peerRate, o.peerBurst = r, burst
+		return nil
+	}
 }
 
 // WithLogger sets the logger; the default is the standard logrus logger.
@@ -97,6 +125,9 @@ type Announcer struct {
 
 	// Messages gossipsub dropped under load (see Dropped).
 	droppedValidation, droppedOutbound atomic.Uint64
+	// Messages rejected because their peer passed its rate (WithPeerRate),
+	// and those dropped on arrival at twice it.
+	throttled, shed atomic.Uint64
 
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
@@ -134,7 +165,7 @@ func New(ctx context.Context, h host.Host, network string, verify Verifier, deli
 	if verify == nil {
 		return nil, errors.New("pubsub: a verifier is required")
 	}
-	o := options{log: logrus.StandardLogger()}
+	o := options{log: logrus.StandardLogger(), peerRate: DefaultPeerRate, peerBurst: DefaultPeerBurst}
 	for _, opt := range opts {
 		if err := opt(&o); err != nil {
 			return nil, err
@@ -168,6 +199,18 @@ func New(ctx context.Context, h host.Host, network string, verify Verifier, deli
 		lpubsub.WithRawTracer(streamTracer{a}),
 		lpubsub.WithValidateQueueSize(validateQueueSize),
 		lpubsub.WithPeerOutboundQueueSize(peerOutboundQueueSize),
+		// Peers are scored (gossipsub v1.1): a peer whose announcements
+		// are rejected (forged, malformed, beyond its rate) loses score
+		// and, below the thresholds, is not gossiped to, not published
+		// to and at last graylisted: its messages are dropped unread.
+		lpubsub.WithPeerScore(ScoreParams(TopicName(network)), ScoreThresholds()),
+		// A peer sending more than twice its rate (WithPeerRate) has the
+		// excess dropped as it arrives, before gossipsub's validation
+		// queue, which the messages of every peer share: a flood cannot
+		// crowd honest announcements out of it. Up to twice the rate
+		// reaches the verifier, which rejects what is beyond the rate
+		// itself, and that is what sinks the peer's score.
+		lpubsub.WithAppSpecificRpcInspector(newPeerLimits(2*o.peerRate, 2*o.peerBurst).inspect(&a.shed)),
 	}, o.gossipOpts...)
 	ps, err := lpubsub.NewGossipSub(ctx, h, gopts...)
 	if err != nil {
@@ -175,8 +218,13 @@ func New(ctx context.Context, h host.Host, network string, verify Verifier, deli
 	}
 	a.ps = ps
 	name := TopicName(network)
-	validate := func(_ context.Context, _ peer.ID, msg *lpubsub.Message) lpubsub.ValidationResult {
-		v, err := verify(msg.GetFrom(), msg.Data)
+	limits := newPeerLimits(o.peerRate, o.peerBurst)
+	validate := func(_ context.Context, from peer.ID, msg *lpubsub.Message) lpubsub.ValidationResult {
+		if from != a.self && !limits.allow(from) {
+			a.throttled.Add(1)
+			return lpubsub.ValidationReject
+		}
+		v, err := verify(from, msg.GetFrom(), msg.Data)
 		switch {
 		case err == nil:
 			msg.ValidatorData = v
@@ -329,6 +377,11 @@ func (a *Announcer) Publish(ctx context.Context, data []byte) error {
 func (a *Announcer) Dropped() (validation, outbound uint64) {
 	return a.droppedValidation.Load(), a.droppedOutbound.Load()
 }
+
+// Throttled returns how many messages were rejected because the peer that
+// passed them on exceeded its rate (WithPeerRate), and how many were
+// dropped on arrival because it exceeded twice its rate.
+func (a *Announcer) Throttled() (rejected, shed uint64) { return a.throttled.Load(), a.shed.Load() }
 
 // HasStream reports whether gossipsub's own stream to p is open, so that a
 // message published now is sent to p. A peer's subscription can be known

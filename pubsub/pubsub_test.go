@@ -36,10 +36,10 @@ type delivery struct {
 	value  any
 }
 
-func acceptAll(_ peer.ID, data []byte) (any, error) { return string(data), nil }
+func acceptAll(_, _ peer.ID, data []byte) (any, error) { return string(data), nil }
 
 // judge accepts "good..." messages, ignores "old..." and rejects the rest.
-func judge(_ peer.ID, data []byte) (any, error) {
+func judge(_, _ peer.ID, data []byte) (any, error) {
 	s := string(data)
 	switch {
 	case strings.HasPrefix(s, "good"):

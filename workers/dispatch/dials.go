@@ -7,7 +7,6 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
-	ma "github.com/multiformats/go-multiaddr"
 )
 
 // dials holds the dials of one request, so that a peer dialed ahead is not
@@ -82,13 +81,11 @@ func (d *Dispatcher) connect(ctx context.Context, id string) error {
 	if h.Network().Connectedness(pid) == network.Connected {
 		return nil
 	}
-	info := peer.AddrInfo{ID: pid}
-	if pi, ok := d.node.Peers().Get(pid); ok {
-		for _, a := range pi.Data.Addrs {
-			if m, err := ma.NewMultiaddr(a); err == nil {
-				info.Addrs = append(info.Addrs, m)
-			}
-		}
+	// The node says which of the peer's addresses may be dialed: those it
+	// was observed at, or, within the newcomer budget, its record's word.
+	info, err := d.node.DialInfo(pid)
+	if err != nil {
+		return &dialError{timeout: d.cfg.Worker.ConnectTimeout, err: err}
 	}
 	cctx, cancel := context.WithTimeout(ctx, d.cfg.Worker.ConnectTimeout)
 	defer cancel()

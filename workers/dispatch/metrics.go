@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,6 +38,9 @@ type dispatchMetrics struct {
 
 	mu    sync.Mutex
 	lastP map[string]pollSample // by raw peer ID
+	// labelled holds the peers (as their IDs print) that workmesh_attempts_total
+	// names, at most maxPeerLabels; attempts of others count as "other".
+	labelled map[string]bool
 	// rtts is the round trip of each peer's last good poll (a
 	// time.Duration, by raw peer ID), apart from lastP so that the request
 	// path reads it without taking mu.
@@ -64,7 +68,7 @@ func newDispatchMetrics() *dispatchMetrics {
 		}, []string{"work_type"}),
 		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "workmesh_attempts_total",
-			Help: "Attempts of dispatched requests, by outcome and peer (\"local\" for the local worker).",
+			Help: "Attempts of dispatched requests, by outcome and peer (\"local\" for the local worker; at most 16 peers named, the attempts of others under \"other\").",
 		}, []string{"outcome", "peer"}),
 		hedgesFired: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "workmesh_hedges_fired_total",
@@ -95,8 +99,37 @@ func newDispatchMetrics() *dispatchMetrics {
 			Help:    "Round-trip time of good health polls.",
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
 		}),
-		lastP: make(map[string]pollSample),
+		lastP:    make(map[string]pollSample),
+		labelled: make(map[string]bool),
 	}
+}
+
+// maxPeerLabels bounds the peers that metrics name in a label: the per-peer
+// series (liveness state, score, poll round trip) are those of the
+// maxPeerLabels best-scored peers, and workmesh_attempts_total names the
+// first maxPeerLabels peers attempted that are still in the peer table,
+// counting the attempts of any other under peer="other". However many
+// peers records bring, /metrics stays about the same size.
+const maxPeerLabels = 16
+
+// otherPeers is the peer label of the attempts of peers not named.
+const otherPeers = "other"
+
+// attemptLabel is the peer label an attempt of peer is counted under.
+func (m *dispatchMetrics) attemptLabel(peer string) string {
+	if peer == LocalWorker {
+		return peer
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.labelled[peer] {
+		return peer
+	}
+	if len(m.labelled) < maxPeerLabels {
+		m.labelled[peer] = true
+		return peer
+	}
+	return otherPeers
 }
 
 // transition counts one liveness state change. Liveness calls it with its
@@ -147,7 +180,9 @@ func (m *dispatchMetrics) lastRTT(id string) (time.Duration, bool) {
 	return rtt, ok
 }
 
-// retain forgets the polls of peers that are no longer in keep.
+// retain forgets the polls of peers that are no longer in keep (by raw
+// ID), and the attempt series of the peers named in labels that left,
+// which frees their label for another peer.
 func (m *dispatchMetrics) retain(keep map[string]bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -155,6 +190,12 @@ func (m *dispatchMetrics) retain(keep map[string]bool) {
 		if !keep[id] {
 			delete(m.lastP, id)
 			m.rtts.Delete(id)
+		}
+	}
+	for id := range m.labelled {
+		if pid, err := peer.Decode(id); err != nil || !keep[string(pid)] {
+			delete(m.labelled, id)
+			m.attempts.DeletePartialMatch(prometheus.Labels{"peer": id})
 		}
 	}
 }
@@ -167,7 +208,7 @@ func (m *dispatchMetrics) request(workType string, res WorkResult, beyondHead bo
 	m.duration.WithLabelValues(workType).Observe(res.Duration.Seconds())
 	local := false
 	for _, a := range res.Attempts {
-		m.attempts.WithLabelValues(a.Outcome.String(), a.Peer).Inc()
+		m.attempts.WithLabelValues(a.Outcome.String(), m.attemptLabel(a.Peer)).Inc()
 		if a.Peer == LocalWorker {
 			local = true
 		}
@@ -244,15 +285,15 @@ var (
 	descAdmission = prometheus.NewDesc("workmesh_dispatch_admission_waiting",
 		"Requests waiting in the admission queue while every worker that could run them is busy.", nil, nil)
 	descLiveness = prometheus.NewDesc("workmesh_peer_liveness_state",
-		"Liveness state of each fresh peer: 1 for its current state, 0 for the others.", []string{"peer", "state"}, nil)
+		"Liveness state of each of the best-scored peers (at most 16): 1 for its current state, 0 for the others.", []string{"peer", "state"}, nil)
 	descLivenessCount = prometheus.NewDesc("workmesh_peers_by_liveness",
 		"Peers the dispatcher tracks, by liveness state.", []string{"state"}, nil)
 	descScore = prometheus.NewDesc("workmesh_peer_score",
-		"Rating score of each peer for each work type it serves (higher is better).", []string{"peer", "work_type"}, nil)
+		"Rating score of each of the best-scored peers (at most 16) for each work type it serves (higher is better).", []string{"peer", "work_type"}, nil)
 	descRated = prometheus.NewDesc("workmesh_peer_rated",
 		"1 when the peer has enough samples to be judged for the work type, 0 while it is explored.", []string{"peer", "work_type"}, nil)
 	descPeerRTT = prometheus.NewDesc("workmesh_peer_poll_rtt_seconds",
-		"Round-trip time of the last good health poll of each peer.", []string{"peer"}, nil)
+		"Round-trip time of the last good health poll of each of the best-scored peers (at most 16).", []string{"peer"}, nil)
 )
 
 // Collector returns a Prometheus collector of the dispatcher: its request,
@@ -284,9 +325,42 @@ func (d *Dispatcher) collect(ch chan<- prometheus.Metric) {
 	types := map[string]bool{}
 	keep := make(map[string]bool, len(infos))
 	for _, pi := range infos {
-		raw := string(pi.Data.PeerID)
-		keep[raw] = true
-		id := pi.Data.PeerID.String()
+		keep[string(pi.Data.PeerID)] = true
+		for _, wt := range pi.Data.WorkTypes {
+			types[wt.Name] = true
+		}
+	}
+	d.metrics.retain(keep) // the last polls of peers that left
+	// The per-peer series are those of the maxPeerLabels best-scored
+	// peers (by their best score over the types they serve).
+	best := map[string]float64{}
+	rankings := make(map[string][]selection.Ranked, len(types))
+	for wt := range types {
+		r := d.sel.Ranking(wt)
+		rankings[wt] = r
+		for _, x := range r {
+			if s, ok := best[x.Peer]; !ok || x.Score > s {
+				best[x.Peer] = x.Score
+			}
+		}
+	}
+	named := make([]string, 0, len(best))
+	for id := range best {
+		named = append(named, id)
+	}
+	sort.Slice(named, func(i, j int) bool {
+		if best[named[i]] != best[named[j]] {
+			return best[named[i]] > best[named[j]]
+		}
+		return named[i] < named[j]
+	})
+	if len(named) > maxPeerLabels {
+		named = named[:maxPeerLabels]
+	}
+	shown := make(map[string]bool, len(named))
+	for _, raw := range named {
+		shown[raw] = true
+		id := peer.ID(raw).String()
 		state := live.State(raw)
 		for _, s := range selection.States() {
 			v := 0.0
@@ -298,21 +372,17 @@ func (d *Dispatcher) collect(ch chan<- prometheus.Metric) {
 		if p, ok := d.metrics.lastPoll(raw); ok && !p.ok.IsZero() {
 			ch <- prometheus.MustNewConstMetric(descPeerRTT, prometheus.GaugeValue, p.rtt.Seconds(), id)
 		}
-		for _, wt := range pi.Data.WorkTypes {
-			types[wt.Name] = true
-		}
 	}
-	d.metrics.retain(keep) // the last polls of peers that left
-	for wt := range types {
+	for wt, r := range rankings {
 		seen := map[string]bool{} // a peer in several groups is scored once
-		for _, r := range d.sel.Ranking(wt) {
-			if seen[r.Peer] {
+		for _, x := range r {
+			if seen[x.Peer] || !shown[x.Peer] {
 				continue
 			}
-			seen[r.Peer] = true
-			id := peer.ID(r.Peer).String()
-			ch <- prometheus.MustNewConstMetric(descScore, prometheus.GaugeValue, r.Score, id, wt)
-			ch <- prometheus.MustNewConstMetric(descRated, prometheus.GaugeValue, boolValue(r.Rated), id, wt)
+			seen[x.Peer] = true
+			id := peer.ID(x.Peer).String()
+			ch <- prometheus.MustNewConstMetric(descScore, prometheus.GaugeValue, x.Score, id, wt)
+			ch <- prometheus.MustNewConstMetric(descRated, prometheus.GaugeValue, boolValue(x.Rated), id, wt)
 		}
 	}
 }

@@ -40,6 +40,7 @@ var pinnedDefaults = map[string]any{
 	"retry-budget-window":         10 * time.Second,
 	"retry-budget-ratio":          0.2,
 	"retry-budget-min-per-second": 10.0,
+	"local-reserve":               0.25,
 
 	"selection-mode": "rating",
 
@@ -48,6 +49,8 @@ var pinnedDefaults = map[string]any{
 	"poll-success-threshold": 2,
 	"redial-backoff-min":     500 * time.Millisecond,
 	"redial-backoff-max":     30 * time.Second,
+	"stall-threshold":        2,
+	"stall-cordon":           30 * time.Second,
 
 	"rating-window":          30 * time.Second,
 	"rating-min-samples":     3,
@@ -93,9 +96,9 @@ var pinnedFields = map[string]int{
 	"HTTPConfig":           2,
 	"JSONRPCConfig":        3,
 	"NodeConfig":           12,
-	"WorkerConfig":         15,
+	"WorkerConfig":         16,
 	"SelectionConfig":      1,
-	"LivenessConfig":       5,
+	"LivenessConfig":       7,
 	"RatingConfig":         8,
 	"HedgeConfig":          2,
 	"LabelBalancingConfig": 3,

@@ -208,6 +208,9 @@ func (w *WorkerConfig) Validate() error {
 	if w.RetryBudgetMinPerSecond < 0 || math.IsNaN(w.RetryBudgetMinPerSecond) || math.IsInf(w.RetryBudgetMinPerSecond, 0) {
 		c.failf("retry-budget-min-per-second", "retry-budget-min-per-second %v must be a number >= 0", w.RetryBudgetMinPerSecond)
 	}
+	if !(w.LocalReserve >= 0 && w.LocalReserve <= 1) { // NaN fails too
+		c.failf("local-reserve", "local-reserve %v must be between 0 and 1", w.LocalReserve)
+	}
 	return c.join()
 }
 
@@ -301,6 +304,12 @@ func (l *LivenessConfig) Validate() error {
 	positive(&c, "redial-backoff-min", l.RedialBackoffMin)
 	if l.RedialBackoffMin > 0 && l.RedialBackoffMin > l.RedialBackoffMax {
 		c.pairf("redial-backoff-min", "redial-backoff-max", "redial-backoff-min %s must be <= redial-backoff-max %s", l.RedialBackoffMin, l.RedialBackoffMax)
+	}
+	atLeast(&c, "stall-threshold", l.StallThreshold, 0)
+	if l.StallThreshold > 0 {
+		positive(&c, "stall-cordon", l.StallCordon)
+	} else {
+		notNegative(&c, "stall-cordon", l.StallCordon)
 	}
 	return c.join()
 }

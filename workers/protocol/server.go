@@ -222,7 +222,8 @@ func (s *Server) run(str network.Stream, req *Request, sr *ServedRequest) {
 	defer cancel()
 	_ = str.SetDeadline(deadline.Add(writeSlack))
 
-	t, res, ok := s.pool.Admit(ctx, req.Type, req.Payload)
+	// A peer's work takes only the peers' share (local-reserve).
+	t, res, ok := s.pool.AdmitPeer(ctx, req.Type, req.Payload)
 	if ok {
 		res = s.execute(str, req, t)
 		// The ticket's context keeps the first cause it was cancelled with.

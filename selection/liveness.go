@@ -64,6 +64,9 @@ var ErrTransition = errors.New("liveness transition not allowed")
 type Transition struct {
 	Peer     string
 	From, To State
+	// First: the peer's first good poll made it alive (AwaitFirstPoll),
+	// no recovery.
+	First bool
 }
 
 // health is one peer's liveness. Its state is read without a lock on the
@@ -150,6 +153,10 @@ func (l *Liveness) AwaitFirstPoll() {
 	l.mu.Unlock()
 }
 
+// firstPollSpread bounds the spread of new peers' first polls under
+// AwaitFirstPoll: they are not selected before it.
+const firstPollSpread = 500 * time.Millisecond
+
 // reasonFirstPoll is the reason of a peer that has not answered a poll yet.
 const reasonFirstPoll = "not polled yet"
 
@@ -184,8 +191,9 @@ func (l *Liveness) firstPoll(id string) time.Time {
 	}
 	if l.awaitFirst {
 		// The peer is not selected until that poll: spread over a
-		// quarter of the interval, so it waits little.
-		q := iv / 4
+		// quarter of the interval, at most firstPollSpread, so it waits
+		// little.
+		q := min(iv/4, firstPollSpread)
 		if q <= 0 {
 			return now.Add(-iv)
 		}
@@ -347,8 +355,14 @@ func (l *Liveness) reportLocked(id string, h *health, ok bool) (Transition, bool
 		}
 		if h.fresh {
 			// The first poll a new peer answers is what makes it alive.
-			err = l.toAlive(id, h)
-			break
+			if err := l.toAlive(id, h); err != nil {
+				return Transition{}, false
+			}
+			t := Transition{Peer: id, From: from, To: StateAlive, First: true}
+			if l.onTransition != nil {
+				l.onTransition(t)
+			}
+			return t, true
 		}
 		h.successes++
 		if h.successes < l.cfg.PollSuccessThreshold {

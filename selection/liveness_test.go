@@ -317,7 +317,10 @@ func TestLiveness_NewPeerNotAliveBeforeFirstPoll(t *testing.T) {
 		t.Fatalf("due %v a quarter interval after they were learned, want both", due)
 	}
 	for _, p := range due {
-		l.ReportPoll(p, p.Peer == "good")
+		tr, changed := l.ReportPoll(p, p.Peer == "good")
+		if p.Peer == "good" && (!changed || !tr.First || tr.From != StateProbing) {
+			t.Fatalf("first good poll: transition %+v (changed %v), want probing -> alive marked First", tr, changed)
+		}
 	}
 	if got := l.State("good"); got != StateAlive {
 		t.Fatalf("after its first good poll: state %s, want alive", got)

@@ -152,6 +152,10 @@ func (d *Dispatcher) logTransition(t selection.Transition, err error) {
 	if err != nil {
 		f = f.WithField(logrus.ErrorKey, attemptCause(err))
 	}
+	if t.First {
+		f.Debug("peer liveness changed: its first poll answered")
+		return
+	}
 	if pi, ok := d.node.Peers().Get(peer.ID(id)); ok && left(pi) {
 		// It left (syncPeers logged "peer left"): its polls fail because
 		// it stopped, which is no liveness failure worth an info line.

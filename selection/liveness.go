@@ -340,17 +340,26 @@ func (l *Liveness) reportLocked(id string, h *health, ok bool) (Transition, bool
 			err = l.toProbing(id, h)
 		}
 	case StateProbing:
+		if !ok && h.fresh {
+			// A new peer's failed polls count as an alive peer's do: it
+			// waits, not selected, until one is answered, and is
+			// unreachable at poll-failure-threshold of them.
+			h.failures++
+			h.reason = fmt.Sprintf("not polled yet: %d of %d polls failed", h.failures, l.cfg.PollFailureThreshold)
+			if h.failures < l.cfg.PollFailureThreshold {
+				return Transition{}, false
+			}
+			err = l.toUnreachable(id, h, now)
+			h.reason = fmt.Sprintf("its first %d polls failed", l.cfg.PollFailureThreshold)
+			h.fresh = false
+			break
+		}
 		if !ok {
 			// One failure while probing sends the peer back to redialing.
 			h.redials++
 			err = l.toUnreachable(id, h, now)
 			h.nextAttempt = now.Add(l.backoff(h.redials))
-			if h.fresh {
-				h.reason = "its first poll failed"
-			} else {
-				h.reason = "a poll failed while probing"
-			}
-			h.fresh = false
+			h.reason = "a poll failed while probing"
 			break
 		}
 		if h.fresh {

@@ -298,7 +298,8 @@ func TestLiveness_RemovedEntryStaysRemoved(t *testing.T) {
 // Under AwaitFirstPoll a new peer is not alive before its first good poll:
 // it is probing, with the reason "not polled yet", and that poll falls due
 // within a quarter of the poll-interval. A good first poll makes it alive at
-// once; a failed one makes it unreachable.
+// once; failed ones count as an alive peer's do, and at
+// poll-failure-threshold of them it is unreachable.
 func TestLiveness_NewPeerNotAliveBeforeFirstPoll(t *testing.T) {
 	l, clk := newLiveness(t, 3, 2)
 	l.AwaitFirstPoll()
@@ -325,11 +326,12 @@ func TestLiveness_NewPeerNotAliveBeforeFirstPoll(t *testing.T) {
 	if got := l.State("good"); got != StateAlive {
 		t.Fatalf("after its first good poll: state %s, want alive", got)
 	}
-	if got := l.State("bad"); got != StateUnreachable {
-		t.Fatalf("after its first poll failed: state %s, want unreachable", got)
+	if got, r := l.State("bad"), l.Reason("bad"); got != StateProbing || r != "not polled yet: 1 of 3 polls failed" {
+		t.Fatalf("after its first poll failed: state %s (%q), want probing, not polled yet", got, r)
 	}
-	if got := l.Reason("bad"); got != "its first poll failed" {
-		t.Fatalf("reason %q", got)
+	report(l, "bad", "ff")
+	if got, r := l.State("bad"), l.Reason("bad"); got != StateUnreachable || r != "its first 3 polls failed" {
+		t.Fatalf("after its first 3 polls failed: state %s (%q), want unreachable", got, r)
 	}
 
 	// Without polling nothing would answer: new peers are alive at once.

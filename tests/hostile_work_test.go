@@ -46,10 +46,10 @@ func stallingHandler(release <-chan struct{}) workers.Handler {
 // out.
 func TestHostileStallingWorkersCordoned(t *testing.T) {
 	const (
-		stallers  = 5
-		timeout   = 300 * time.Millisecond
-		warmUp    = 10 * time.Second
-		measure   = 6 * time.Second
+		stallers = 5
+		timeout  = 300 * time.Millisecond
+		warmUp   = 10 * time.Second
+		measure  = 6 * time.Second
 		maxCalls = 2000
 		every    = 10 * time.Millisecond // the pace of requests
 	)

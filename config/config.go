@@ -126,6 +126,11 @@ type WorkerConfig struct {
 	// one); each leaves when its deadline can no longer be met. Zero: a
 	// request that finds every worker busy is answered unavailable at once.
 	AdmissionQueueSize int `koanf:"admission-queue-size"`
+	// LocalReserve is the share (0 to 1) of the local worker's running
+	// slots and queue places kept for this node's own clients (its API and
+	// CLI): work from peers never takes them. At least one running slot is
+	// left to peers.
+	LocalReserve float64 `koanf:"local-reserve"`
 }
 
 // Selection modes.
@@ -188,6 +193,15 @@ type LivenessConfig struct {
 	RedialBackoffMin time.Duration `koanf:"redial-backoff-min"`
 	// RedialBackoffMax caps the doubling wait between redials.
 	RedialBackoffMax time.Duration `koanf:"redial-backoff-max"`
+	// StallThreshold is the number of work requests a peer accepted and
+	// left unanswered past their deadline (each answer takes one away) at
+	// which it is cordoned: unreachable for StallCordon, whatever its
+	// health pings say; 0 turns the check off.
+	StallThreshold int `koanf:"stall-threshold"`
+	// StallCordon is how long a stalling peer is kept out before it is
+	// redialed and probed; it doubles each time the peer stalls again
+	// without having answered work in between, up to 16 times it.
+	StallCordon time.Duration `koanf:"stall-cordon"`
 }
 
 // RatingConfig drives the scoring of peers from their recent outcomes.
@@ -330,6 +344,7 @@ func Defaults() Config {
 			RetryBudgetRatio:        0.2,
 			RetryBudgetMinPerSecond: 10,
 			AdmissionQueueSize:      1024,
+			LocalReserve:            0.25,
 		},
 		Selection: SelectionConfig{Mode: ModeRating},
 		Liveness: LivenessConfig{
@@ -338,6 +353,8 @@ func Defaults() Config {
 			PollSuccessThreshold: 2,
 			RedialBackoffMin:     500 * time.Millisecond,
 			RedialBackoffMax:     30 * time.Second,
+			StallThreshold:       2,
+			StallCordon:          30 * time.Second,
 		},
 		Rating: RatingConfig{
 			Window:        30 * time.Second,

@@ -44,6 +44,7 @@ var pinnedDefaults = map[string]any{
 	"retry-budget-ratio":          0.2,
 	"retry-budget-min-per-second": 10.0,
 	"admission-queue-size":        1024,
+	"local-reserve":               0.25,
 
 	"selection-mode": "rating",
 
@@ -52,6 +53,8 @@ var pinnedDefaults = map[string]any{
 	"poll-success-threshold": 2,
 	"redial-backoff-min":     500 * time.Millisecond,
 	"redial-backoff-max":     30 * time.Second,
+	"stall-threshold":        2,
+	"stall-cordon":           30 * time.Second,
 
 	"rating-window":          30 * time.Second,
 	"rating-min-samples":     3,
@@ -100,9 +103,9 @@ var pinnedFields = map[string]int{
 	"JSONRPCConfig":        3,
 	"MembershipConfig":     2,
 	"NodeConfig":           15,
-	"WorkerConfig":         16,
+	"WorkerConfig":         17,
 	"SelectionConfig":      1,
-	"LivenessConfig":       5,
+	"LivenessConfig":       7,
 	"RatingConfig":         8,
 	"HedgeConfig":          2,
 	"LabelBalancingConfig": 3,

@@ -58,6 +58,9 @@ var help = map[string]string{
 	"poll-success-threshold": "good pings in a row an unreachable peer needs to be alive again; needs poll-interval > 0",
 	"redial-backoff-min":     "first wait before redialing an unreachable peer",
 	"redial-backoff-max":     "upper bound on the doubling wait between redials",
+	"stall-threshold":        "work requests a peer accepted and left unanswered past their deadline (an answer takes one away) at which it is cordoned, whatever its pings say; 0 turns it off",
+	"stall-cordon":           "how long a stalling peer is kept out before it is redialed; doubles each time it stalls again without answering work, up to 16 times",
+	"local-reserve":          "share (0 to 1) of the local worker's running slots and queue kept for this node's own API and CLI clients; peers' work never takes them (peers keep at least one running slot)",
 
 	"rating-window":          "half-life of a rating sample's weight",
 	"rating-min-samples":     "weighted outcomes needed before a peer is rated rather than explored (tried first, to learn how it does)",
@@ -147,6 +150,7 @@ var group = map[string]string{
 
 	"poll-interval": "liveness", "poll-failure-threshold": "liveness", "poll-success-threshold": "liveness",
 	"redial-backoff-min": "liveness", "redial-backoff-max": "liveness",
+	"stall-threshold": "liveness", "stall-cordon": "liveness", "local-reserve": "work",
 
 	"accept-work-from": "access", "allow-peer": "access", "peer-max-streams": "access",
 	"peer-rate": "access", "peer-burst": "access", "api-token": "access",

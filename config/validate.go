@@ -223,6 +223,9 @@ func (w *WorkerConfig) Validate() error {
 	if w.AdmissionQueueSize > maxAdmissionQueueSize {
 		c.failf("admission-queue-size", "admission-queue-size %d must be <= %d", w.AdmissionQueueSize, maxAdmissionQueueSize)
 	}
+	if !(w.LocalReserve >= 0 && w.LocalReserve <= 1) { // NaN fails too
+		c.failf("local-reserve", "local-reserve %v must be between 0 and 1", w.LocalReserve)
+	}
 	return c.join()
 }
 
@@ -316,6 +319,12 @@ func (l *LivenessConfig) Validate() error {
 	positive(&c, "redial-backoff-min", l.RedialBackoffMin)
 	if l.RedialBackoffMin > 0 && l.RedialBackoffMin > l.RedialBackoffMax {
 		c.pairf("redial-backoff-min", "redial-backoff-max", "redial-backoff-min %s must be <= redial-backoff-max %s", l.RedialBackoffMin, l.RedialBackoffMax)
+	}
+	atLeast(&c, "stall-threshold", l.StallThreshold, 0)
+	if l.StallThreshold > 0 {
+		positive(&c, "stall-cordon", l.StallCordon)
+	} else {
+		notNegative(&c, "stall-cordon", l.StallCordon)
 	}
 	return c.join()
 }

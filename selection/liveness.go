@@ -64,6 +64,9 @@ var ErrTransition = errors.New("liveness transition not allowed")
 type Transition struct {
 	Peer     string
 	From, To State
+	// First: the peer's first good poll made it alive (AwaitFirstPoll),
+	// no recovery.
+	First bool
 }
 
 // health is one peer's liveness. Its state is read without a lock on the
@@ -75,6 +78,18 @@ type health struct {
 	redials     int       // failed redials in a row while StateUnreachable
 	lastPoll    time.Time // last poll or redial attempt
 	nextAttempt time.Time // when an StateUnreachable peer is redialed next
+	// gen tells this entry from an earlier one of the same peer: a poll
+	// due for an entry that was removed since reports to nothing.
+	gen uint64
+	// fresh: the peer has never answered a poll; it waits in StateProbing
+	// for its first good one, which makes it StateAlive at once.
+	fresh bool
+	// strikes counts work requests the peer accepted and left unanswered
+	// past their deadline, less one for each answer (ReportStall,
+	// ReportAnswer); cordons counts the times in a row strikes cordoned it.
+	strikes, cordons int
+	// reason says why the peer is not StateAlive, for the peers view.
+	reason string
 }
 
 func (h *health) load() State { return State(h.state.Load()) }
@@ -92,6 +107,14 @@ type Liveness struct {
 
 	mu    sync.Mutex
 	peers map[string]*health
+	// gens numbers entries (health.gen).
+	gens uint64
+	// awaitFirst: new peers wait in StateProbing for their first good poll
+	// (AwaitFirstPoll).
+	awaitFirst bool
+	// striking counts the peers whose strikes are above zero, so that
+	// ReportAnswer costs one atomic load while no peer stalls.
+	striking atomic.Int32
 	// onTransition, when set, is told of every state change (for logs and
 	// metrics). It is called with mu held and must not call back.
 	onTransition func(Transition)
@@ -118,12 +141,37 @@ func (l *Liveness) OnTransition(f func(Transition)) {
 	l.mu.Unlock()
 }
 
-// handleLocked returns the peer's health, creating it StateAlive (peers are
-// trusted until they fail) when it is new. l.mu must be held.
+// AwaitFirstPoll makes peers learned from here on wait for their first good
+// poll before they are StateAlive (they are StateProbing until then, with
+// "not polled yet" as the reason): a record is a peer's own claim, a poll
+// answered is evidence. A dispatcher that polls calls it before it syncs
+// peers; without polling (poll-interval 0) nothing would ever answer, and
+// new peers stay alive until they fail.
+func (l *Liveness) AwaitFirstPoll() {
+	l.mu.Lock()
+	l.awaitFirst = l.cfg.PollInterval > 0
+	l.mu.Unlock()
+}
+
+// firstPollSpread bounds the spread of new peers' first polls under
+// AwaitFirstPoll: they are not selected before it.
+const firstPollSpread = 500 * time.Millisecond
+
+// reasonFirstPoll is the reason of a peer that has not answered a poll yet.
+const reasonFirstPoll = "not polled yet"
+
+// handleLocked returns the peer's health, creating it when it is new:
+// StateAlive (trusted until it fails), or StateProbing until its first good
+// poll under AwaitFirstPoll. l.mu must be held.
 func (l *Liveness) handleLocked(id string) *health {
 	h := l.peers[id]
 	if h == nil {
-		h = &health{lastPoll: l.firstPoll(id)}
+		l.gens++
+		h = &health{lastPoll: l.firstPoll(id), gen: l.gens}
+		if l.awaitFirst {
+			h.state.Store(int32(StateProbing))
+			h.fresh, h.reason = true, reasonFirstPoll
+		}
 		l.peers[id] = h
 	}
 	return h
@@ -141,20 +189,58 @@ func (l *Liveness) firstPoll(id string) time.Time {
 	if iv <= 0 {
 		return now
 	}
+	if l.awaitFirst {
+		// The peer is not selected until that poll: spread over a
+		// quarter of the interval, at most firstPollSpread, so it waits
+		// little.
+		q := min(iv/4, firstPollSpread)
+		if q <= 0 {
+			return now.Add(-iv)
+		}
+		f := fnv.New64a()
+		f.Write([]byte(id))
+		return now.Add(time.Duration(splitmix(l.seed^f.Sum64())%uint64(q)) - iv)
+	}
 	f := fnv.New64a()
 	f.Write([]byte(id))
 	return now.Add(time.Duration(splitmix(l.seed^f.Sum64())%uint64(iv)) - iv)
 }
 
-// retain forgets every peer not in keep.
+// retain forgets every peer not in keep. A forgotten peer stays forgotten:
+// reports about it (a poll that was in flight) change nothing, and only
+// the next SetPeers that holds it again makes a new entry.
 func (l *Liveness) retain(keep map[string]struct{}) {
 	l.mu.Lock()
-	for id := range l.peers {
+	for id, h := range l.peers {
 		if _, ok := keep[id]; !ok {
+			if h.strikes > 0 {
+				l.striking.Add(-1)
+			}
 			delete(l.peers, id)
 		}
 	}
 	l.mu.Unlock()
+}
+
+// Reason says why the peer is not StateAlive ("" when it is, or unknown):
+// polls that failed, a stall, no poll answered yet.
+func (l *Liveness) Reason(id string) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if h := l.peers[id]; h != nil && h.load() != StateAlive {
+		return h.reason
+	}
+	return ""
+}
+
+// Strikes returns the peer's stall count (see ReportStall).
+func (l *Liveness) Strikes(id string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if h := l.peers[id]; h != nil {
+		return h.strikes
+	}
+	return 0
 }
 
 // State returns the peer's state; an unknown peer is StateAlive.
@@ -177,13 +263,53 @@ func (l *Liveness) Failures(id string) int {
 	return 0
 }
 
+// Poll is one poll due (DuePolls): the peer and the entry it was due for.
+type Poll struct {
+	Peer string
+	gen  uint64
+}
+
+// DuePolls is Due with each peer's entry: a poll reported with ReportPoll
+// counts only for the entry it was due for, so one that ends after its
+// peer was removed (or removed and learned again) changes nothing.
+func (l *Liveness) DuePolls() []Poll {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ids := l.dueLocked()
+	out := make([]Poll, len(ids))
+	for i, id := range ids {
+		out[i] = Poll{Peer: id, gen: l.peers[id].gen}
+	}
+	return out
+}
+
+// ReportPoll is Report for a poll DuePolls returned.
+func (l *Liveness) ReportPoll(p Poll, ok bool) (Transition, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	h := l.peers[p.Peer]
+	if h == nil || h.gen != p.gen {
+		return Transition{}, false
+	}
+	return l.reportLocked(p.Peer, h, ok)
+}
+
 // Report records the result of a poll (or of a redial, while the peer is
-// StateUnreachable) and returns the transition it caused, if any.
+// StateUnreachable), or of an attempt that could not reach the peer, and
+// returns the transition it caused, if any. A peer that is not known
+// (never learned, or removed) is left unknown.
 func (l *Liveness) Report(id string, ok bool) (Transition, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	h := l.peers[id]
+	if h == nil {
+		return Transition{}, false
+	}
+	return l.reportLocked(id, h, ok)
+}
+
+func (l *Liveness) reportLocked(id string, h *health, ok bool) (Transition, bool) {
 	now := l.clock.Now()
-	h := l.handleLocked(id)
 	h.lastPoll = now
 	from := h.load()
 	var err error
@@ -199,24 +325,53 @@ func (l *Liveness) Report(id string, ok bool) (Transition, bool) {
 			return Transition{}, false
 		}
 		err = l.toUnreachable(id, h, now)
+		h.reason = fmt.Sprintf("%d failures (polls or attempts that could not reach it)", l.cfg.PollFailureThreshold)
 	case StateUnreachable:
 		if !ok {
 			h.redials++
 			h.nextAttempt = now.Add(l.backoff(h.redials))
 			return Transition{}, false
 		}
+		h.reason = "redialed, answering polls"
+
 		if l.cfg.PollSuccessThreshold <= 0 {
 			err = l.toAlive(id, h)
 		} else {
 			err = l.toProbing(id, h)
 		}
 	case StateProbing:
+		if !ok && h.fresh {
+			// A new peer's failed polls count as an alive peer's do: it
+			// waits, not selected, until one is answered, and is
+			// unreachable at poll-failure-threshold of them.
+			h.failures++
+			h.reason = fmt.Sprintf("not polled yet: %d of %d polls failed", h.failures, l.cfg.PollFailureThreshold)
+			if h.failures < l.cfg.PollFailureThreshold {
+				return Transition{}, false
+			}
+			err = l.toUnreachable(id, h, now)
+			h.reason = fmt.Sprintf("its first %d polls failed", l.cfg.PollFailureThreshold)
+			h.fresh = false
+			break
+		}
 		if !ok {
 			// One failure while probing sends the peer back to redialing.
 			h.redials++
 			err = l.toUnreachable(id, h, now)
 			h.nextAttempt = now.Add(l.backoff(h.redials))
+			h.reason = "a poll failed while probing"
 			break
+		}
+		if h.fresh {
+			// The first poll a new peer answers is what makes it alive.
+			if err := l.toAlive(id, h); err != nil {
+				return Transition{}, false
+			}
+			t := Transition{Peer: id, From: from, To: StateAlive, First: true}
+			if l.onTransition != nil {
+				l.onTransition(t)
+			}
+			return t, true
 		}
 		h.successes++
 		if h.successes < l.cfg.PollSuccessThreshold {
@@ -232,6 +387,82 @@ func (l *Liveness) Report(id string, ok bool) (Transition, bool) {
 		l.onTransition(t)
 	}
 	return t, true
+}
+
+// ReportStall records a work request that the peer accepted (or was sent)
+// and left unanswered until the request's deadline: its health pings may
+// say alive, its work does not. A strike is added; at stall-threshold
+// strikes an alive peer is cordoned, StateUnreachable for stall-cordon
+// (doubled for each cordon in a row, up to 16 times) before it is redialed
+// and probed, with the reason in the peers view. Only an answer
+// (ReportAnswer) takes a strike away; polls do not. It returns the
+// transition it caused, if any.
+func (l *Liveness) ReportStall(id string) (Transition, bool) {
+	if l.cfg.StallThreshold <= 0 {
+		return Transition{}, false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	h := l.peers[id]
+	if h == nil {
+		return Transition{}, false
+	}
+	if h.strikes == 0 {
+		l.striking.Add(1)
+	}
+	h.strikes++
+	from := h.load()
+	if from != StateAlive || h.strikes < l.cfg.StallThreshold {
+		return Transition{}, false
+	}
+	now := l.clock.Now()
+	if err := l.toUnreachable(id, h, now); err != nil {
+		return Transition{}, false
+	}
+	h.cordons++
+	h.nextAttempt = now.Add(l.cordon(h.cordons))
+	h.reason = fmt.Sprintf("stalled: %d accepted work requests left unanswered past their deadline", h.strikes)
+	// Back from the cordon, one more stall cordons it again.
+	h.strikes = l.cfg.StallThreshold - 1
+	if h.strikes == 0 {
+		l.striking.Add(-1)
+	}
+	t := Transition{Peer: id, From: from, To: StateUnreachable}
+	if l.onTransition != nil {
+		l.onTransition(t)
+	}
+	return t, true
+}
+
+// ReportAnswer records that the peer answered a work request (whatever
+// the outcome): it takes one strike away, and with none left the next
+// cordon is the shortest again. While no peer has strikes it costs one
+// atomic load.
+func (l *Liveness) ReportAnswer(id string) {
+	if l.striking.Load() == 0 {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	h := l.peers[id]
+	if h == nil || h.strikes == 0 {
+		return
+	}
+	h.strikes--
+	if h.strikes == 0 {
+		h.cordons = 0
+		l.striking.Add(-1)
+	}
+}
+
+// cordon returns how long a peer cordoned for the nth time in a row is
+// kept out: stall-cordon doubled n-1 times, at most 16 times stall-cordon.
+func (l *Liveness) cordon(n int) time.Duration {
+	d := l.cfg.StallCordon
+	for i := 1; i < n && i <= 4; i++ {
+		d *= 2
+	}
+	return d
 }
 
 // backoff returns the wait before redial number n+1: redial-backoff-min
@@ -267,6 +498,7 @@ func (l *Liveness) toAlive(_ string, h *health) error {
 		return err
 	}
 	h.failures, h.successes, h.redials = 0, 0, 0
+	h.fresh, h.reason = false, ""
 	return nil
 }
 
@@ -310,6 +542,10 @@ func (l *Liveness) setState(id string, target State) error {
 func (l *Liveness) Due() []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	return l.dueLocked()
+}
+
+func (l *Liveness) dueLocked() []string {
 	now := l.clock.Now()
 	var out []string
 	for id, h := range l.peers {

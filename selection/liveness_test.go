@@ -28,8 +28,10 @@ func newLiveness(t *testing.T, failures, successes int) (*Liveness, *testkit.Fak
 	return l, clk
 }
 
-// report feeds a sequence of poll results ("f" fail, "s" succeed).
+// report feeds a sequence of poll results ("f" fail, "s" succeed) for a
+// peer it makes known first, as SetPeers does.
 func report(l *Liveness, id, seq string) {
+	l.handles([]string{id})
 	for _, c := range seq {
 		l.Report(id, c == 's')
 	}
@@ -249,5 +251,164 @@ func TestLiveness_FirstPollsSpreadOverAnInterval(t *testing.T) {
 	}
 	if same > n/4 {
 		t.Fatalf("two seeds put %d of %d first polls in the same 100ms step", same, n)
+	}
+}
+
+// An entry removed (its peer expired from the table) stays removed: a poll
+// that was in flight when it went, reported after, does not bring it back,
+// and nothing polls or redials it again. A poll due for an earlier entry
+// does not count against a new one of the same peer either.
+func TestLiveness_RemovedEntryStaysRemoved(t *testing.T) {
+	l, clk := newLiveness(t, 1, 0)
+	l.handles([]string{"gone", "kept"})
+	clk.Advance(time.Second)
+	due := l.DuePolls()
+	if len(due) != 2 {
+		t.Fatalf("due %v, want both peers", due)
+	}
+	l.retain(map[string]struct{}{"kept": {}}) // "gone" expired while its poll ran
+	for _, p := range due {
+		l.ReportPoll(p, false) // the in-flight polls end, failed
+	}
+	l.Report("gone", false) // an attempt that could not reach it ends too
+	if c := l.Counts(); c[StateUnreachable] != 1 || c[StateAlive]+c[StateProbing] != 0 {
+		t.Fatalf("counts %v after the removal, want only kept (unreachable)", c)
+	}
+	for range 90 {
+		clk.Advance(time.Second)
+		for _, id := range l.Due() {
+			if id == "gone" {
+				t.Fatalf("the removed peer is due again at %s", clk.Now())
+			}
+		}
+	}
+	// Learned again: a new entry, which the old poll's report does not touch.
+	var old Poll
+	for _, p := range due {
+		if p.Peer == "gone" {
+			old = p
+		}
+	}
+	l.handles([]string{"gone", "kept"})
+	if _, changed := l.ReportPoll(old, false); changed || l.State("gone") != StateAlive || l.Failures("gone") != 0 {
+		t.Fatalf("a poll due for the removed entry changed the new one: state %s, failures %d", l.State("gone"), l.Failures("gone"))
+	}
+}
+
+// Under AwaitFirstPoll a new peer is not alive before its first good poll:
+// it is probing, with the reason "not polled yet", and that poll falls due
+// within a quarter of the poll-interval. A good first poll makes it alive at
+// once; failed ones count as an alive peer's do, and at
+// poll-failure-threshold of them it is unreachable.
+func TestLiveness_NewPeerNotAliveBeforeFirstPoll(t *testing.T) {
+	l, clk := newLiveness(t, 3, 2)
+	l.AwaitFirstPoll()
+	l.handles([]string{"good", "bad"})
+	for _, id := range []string{"good", "bad"} {
+		if got := l.State(id); got != StateProbing {
+			t.Fatalf("new peer %s: state %s before any poll, want probing", id, got)
+		}
+		if got := l.Reason(id); got != reasonFirstPoll {
+			t.Fatalf("new peer %s: reason %q, want %q", id, got, reasonFirstPoll)
+		}
+	}
+	clk.Advance(250 * time.Millisecond) // a quarter of the 1s interval
+	due := l.DuePolls()
+	if len(due) != 2 {
+		t.Fatalf("due %v a quarter interval after they were learned, want both", due)
+	}
+	for _, p := range due {
+		tr, changed := l.ReportPoll(p, p.Peer == "good")
+		if p.Peer == "good" && (!changed || !tr.First || tr.From != StateProbing) {
+			t.Fatalf("first good poll: transition %+v (changed %v), want probing -> alive marked First", tr, changed)
+		}
+	}
+	if got := l.State("good"); got != StateAlive {
+		t.Fatalf("after its first good poll: state %s, want alive", got)
+	}
+	if got, r := l.State("bad"), l.Reason("bad"); got != StateProbing || r != "not polled yet: 1 of 3 polls failed" {
+		t.Fatalf("after its first poll failed: state %s (%q), want probing, not polled yet", got, r)
+	}
+	report(l, "bad", "ff")
+	if got, r := l.State("bad"), l.Reason("bad"); got != StateUnreachable || r != "its first 3 polls failed" {
+		t.Fatalf("after its first 3 polls failed: state %s (%q), want unreachable", got, r)
+	}
+
+	// Without polling nothing would answer: new peers are alive at once.
+	off, err := NewLiveness(config.LivenessConfig{PollFailureThreshold: 1}, testkit.NewFakeClock())
+	if err != nil {
+		t.Fatal(err)
+	}
+	off.AwaitFirstPoll()
+	off.handles([]string{"p"})
+	if got := off.State("p"); got != StateAlive {
+		t.Fatalf("polling off: state %s, want alive", got)
+	}
+}
+
+// A peer that accepts work and never answers is cordoned at
+// stall-threshold stalls whatever its pings say, with the reason; polls
+// take no stall away, answers do; a peer back from its cordon that stalls
+// again is cordoned at the first stall, for twice as long.
+func TestLiveness_StallCordons(t *testing.T) {
+	clk := testkit.NewFakeClock()
+	l, err := NewLiveness(config.LivenessConfig{
+		PollInterval: time.Second, PollFailureThreshold: 3, PollSuccessThreshold: 2,
+		RedialBackoffMin: time.Second, RedialBackoffMax: 8 * time.Second,
+		StallThreshold: 2, StallCordon: 10 * time.Second,
+	}, clk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.handles([]string{"staller", "honest"})
+	// The honest one times out now and then but answers in between.
+	for range 5 {
+		l.ReportStall("honest")
+		l.ReportAnswer("honest")
+	}
+	if got := l.State("honest"); got != StateAlive {
+		t.Fatalf("honest peer with answers between its stalls: %s, want alive", got)
+	}
+	l.ReportStall("staller")
+	report(l, "staller", "sss") // its pings are fine
+	if got := l.State("staller"); got != StateAlive || l.Strikes("staller") != 1 {
+		t.Fatalf("one stall: state %s strikes %d, want alive with 1", got, l.Strikes("staller"))
+	}
+	if _, changed := l.ReportStall("staller"); !changed || l.State("staller") != StateUnreachable {
+		t.Fatalf("two stalls: state %s, want unreachable", l.State("staller"))
+	}
+	if r := l.Reason("staller"); !strings.HasPrefix(r, "stalled:") {
+		t.Fatalf("reason %q, want it to say stalled", r)
+	}
+	cordonedFor := func() time.Duration {
+		t.Helper()
+		start := clk.Now()
+		for range 1000 {
+			if slices.Contains(l.Due(), "staller") {
+				return clk.Now().Sub(start)
+			}
+			clk.Advance(100 * time.Millisecond)
+		}
+		t.Fatal("never due again")
+		return 0
+	}
+	if d := cordonedFor(); d != 10*time.Second {
+		t.Fatalf("first cordon %s, want 10s", d)
+	}
+	report(l, "staller", "sss") // redialed, probed, alive again
+	if got := l.State("staller"); got != StateAlive {
+		t.Fatalf("after the cordon and good polls: %s, want alive", got)
+	}
+	l.ReportStall("staller")
+	if got := l.State("staller"); got != StateUnreachable {
+		t.Fatalf("one more stall after the cordon: %s, want unreachable", got)
+	}
+	if d := cordonedFor(); d != 20*time.Second {
+		t.Fatalf("second cordon %s, want 20s", d)
+	}
+	report(l, "staller", "sss")
+	l.ReportAnswer("staller") // it answers work again: forgiven
+	if n := l.Strikes("staller"); n != 0 {
+		t.Fatalf("strikes %d after an answer, want 0", n)
 	}
 }

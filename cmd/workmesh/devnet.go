@@ -270,7 +270,7 @@ func (dn *devnet) printNodes(w io.Writer) {
 }
 
 // waitReady waits until every running node has every other one in its
-// peer table and the gateway's dispatcher has ranked them all.
+// peer table and the gateway's dispatcher has ranked them all alive.
 func (dn *devnet) waitReady(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, devnetReadyTimeout)
 	defer cancel()
@@ -308,8 +308,15 @@ func (dn *devnet) notReady() string {
 				want++
 			}
 		}
-		if got := len(gw.disp.Ranking(t)); got < want {
-			return fmt.Sprintf("the gateway ranks %d of %d workers for %s", got, want, t)
+		// Alive: a worker newly learned is selected once it answered a poll.
+		got := 0
+		for _, r := range gw.disp.Ranking(t) {
+			if r.State == "alive" {
+				got++
+			}
+		}
+		if got < want {
+			return fmt.Sprintf("the gateway ranks %d of %d workers alive for %s", got, want, t)
 		}
 	}
 	return ""

@@ -227,7 +227,8 @@ func TestPeerTableRendering(t *testing.T) {
 	now := time.Now()
 	peers := []apiv1.PeerStatus{
 		{State: "alive", Scores: []apiv1.TypeScore{{WorkType: "echo", Score: 0.9, Rated: true}, {WorkType: "sha256", Score: 0.5, Rated: true}}, RTTMS: &rtt},
-		{State: "unreachable", Scores: []apiv1.TypeScore{{WorkType: "sha256", Score: 0.3}}, RTTMS: &rtt, PollError: "timeout"},
+		{State: "unreachable", Scores: []apiv1.TypeScore{{WorkType: "sha256", Score: 0.3}}, RTTMS: &rtt, PollError: "timeout",
+			Reason: "stalled: 2 accepted work requests left unanswered past their deadline"},
 	}
 	peers[0].ID, peers[0].WorkTypes, peers[0].Labels, peers[0].LastSeen = "12D3KooWAAAAAAAApeerAAAA", []string{"sha256", "echo"}, []string{"full"}, now.Add(-3*time.Second)
 	peers[0].Heads = map[string]uint64{"sha256": 12}
@@ -244,6 +245,7 @@ func TestPeerTableRendering(t *testing.T) {
 		"PEER", "STATE", "SCORE", "LABELS", "WORK TYPES", "LOAD", "RTT", "LAST SEEN",
 		"…peerAAAA", "echo=0.90 sha256=0.50", "full", "echo,sha256@12", "1+0/4", "420µs", "3s ago",
 		"…peerBBBB", "unreachable", "unrated", "failed", "-",
+		"…peerBBBB unreachable: stalled: 2 accepted work requests left unanswered past their deadline\n",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)

@@ -222,7 +222,28 @@ func printPeerTable(w io.Writer, peers []apiv1.PeerStatus, workType string, wide
 		}
 		fmt.Fprintln(tw, line)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return printReasons(w, peers, wide)
+}
+
+// printReasons prints, under the table, why each peer that is not alive
+// is not: "…peerBBBB unreachable: stalled: 2 accepted work requests …".
+func printReasons(w io.Writer, peers []apiv1.PeerStatus, wide bool) error {
+	for _, p := range peers {
+		if p.Reason == "" || p.State == "alive" {
+			continue
+		}
+		id := shortPeer(p.ID)
+		if wide {
+			id = p.ID
+		}
+		if _, err := fmt.Fprintf(w, "%s %s: %s\n", id, stateOf(p), p.Reason); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // stateOf names the peer's liveness state; "unknown" from a node that does

@@ -273,6 +273,10 @@ type PeerStatus struct {
 	LastPoll *time.Time `json:"last_poll,omitempty"`
 	// PollError is why the last poll failed, when it did.
 	PollError string `json:"poll_error,omitempty"`
+	// Reason is why the peer is not alive: polls that failed, a stall
+	// (work accepted and left unanswered), no poll answered yet. Absent
+	// while it is alive.
+	Reason string `json:"reason,omitempty"`
 }
 
 // PlanRequest is what GET /v1/plan asks: a request's work type and the

@@ -39,11 +39,17 @@ type Memory interface {
 }
 
 // Read reads one frame of 1 to limit bytes and returns its body. A body of
-// ReserveThreshold bytes or more is first reserved in mem (when not nil),
-// and the caller releases the returned reserved bytes when done with the
-// body. A stream that ends before the first byte gives io.EOF (a clean end
-// between messages); one that ends inside the frame gives ErrTruncated.
-// Other read errors are returned as they are.
+// ReserveThreshold bytes or more is reserved in mem (when not nil), and the
+// caller releases the returned reserved bytes when done with the body. A
+// stream that ends before the first byte gives io.EOF (a clean end between
+// messages); one that ends inside the frame gives ErrTruncated. Other read
+// errors are returned as they are.
+//
+// The body's memory follows the bytes that arrived, not the length the
+// header claims: it starts at GrowStep bytes and doubles as it fills (up
+// to the claimed length), each growth reserved in mem before it is made.
+// A sender that claims a large frame and sends little of it holds little;
+// all that the read reserved is given back when it fails.
 func Read(r io.Reader, limit int, mem Memory) (body []byte, reserved int, err error) {
 	var hdr [HeaderLen]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
@@ -59,23 +65,57 @@ func Read(r io.Reader, limit int, mem Memory) (body []byte, reserved int, err er
 	if uint64(n) > uint64(limit) {
 		return nil, 0, fmt.Errorf("frame of %d bytes exceeds the limit of %d: %w", n, limit, ErrTooLarge)
 	}
-	if mem != nil && n >= ReserveThreshold {
-		if err := mem.ReserveMemory(int(n), network.ReservationPriorityHigh); err != nil {
-			return nil, 0, fmt.Errorf("reserve %d bytes for a frame: %w", n, err)
+	if n < GrowStep && n < ReserveThreshold {
+		body = make([]byte, n)
+		if got, err := io.ReadFull(r, body); err != nil {
+			return nil, 0, bodyError(err, got, int(n))
 		}
-		reserved = int(n)
+		return body, 0, nil
 	}
-	body = make([]byte, n)
-	if got, err := io.ReadFull(r, body); err != nil {
+	return readGrowing(r, int(n), mem)
+}
+
+// GrowStep is the first allocation of a large body (Read), which then
+// doubles as bytes arrive.
+const GrowStep = 64 << 10
+
+// readGrowing reads a body of n bytes into a buffer that grows with the
+// bytes received, reserving each growth in mem.
+func readGrowing(r io.Reader, n int, mem Memory) (body []byte, reserved int, err error) {
+	fail := func(err error) ([]byte, int, error) {
 		if reserved > 0 {
 			mem.ReleaseMemory(reserved)
 		}
-		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
-			return nil, 0, fmt.Errorf("frame body: got %d of %d bytes: %w", got, n, ErrTruncated)
-		}
 		return nil, 0, err
 	}
+	for len(body) < n {
+		if len(body) == cap(body) {
+			size := min(n, max(GrowStep, 2*cap(body)))
+			if mem != nil && n >= ReserveThreshold {
+				if err := mem.ReserveMemory(size-reserved, network.ReservationPriorityHigh); err != nil {
+					return fail(fmt.Errorf("reserve %d bytes for a frame of %d (%d in): %w", size-reserved, n, len(body), err))
+				}
+				reserved = size
+			}
+			grown := make([]byte, len(body), size)
+			copy(grown, body)
+			body = grown
+		}
+		got, err := io.ReadFull(r, body[len(body):cap(body)])
+		body = body[:len(body)+got]
+		if err != nil {
+			return fail(bodyError(err, len(body), n))
+		}
+	}
 	return body, reserved, nil
+}
+
+// bodyError is the error of a body read that stopped at got of n bytes.
+func bodyError(err error, got, n int) error {
+	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+		return fmt.Errorf("frame body: got %d of %d bytes: %w", got, n, ErrTruncated)
+	}
+	return err
 }
 
 // Write writes b as one frame.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"runtime"
+	"slices"
 	"testing"
 )
 
@@ -98,5 +99,42 @@ func TestRead_RoundTripAndCleanEnd(t *testing.T) {
 	}
 	if _, _, err := Read(&buf, 5, nil); !errors.Is(err, io.EOF) {
 		t.Errorf("empty stream: %v, want EOF", err)
+	}
+}
+
+// A frame's memory follows the bytes that arrived, not the length its
+// header claims: a sender that claims 1 MiB and sends 100 bytes makes the
+// reader allocate and reserve one GrowStep, one that sends 300 KiB hold at
+// most twice that; what was reserved is given back when the stream ends short.
+func TestRead_MemoryFollowsTheBytesReceived(t *testing.T) {
+	const claim = 1 << 20
+	hdr := binary.BigEndian.AppendUint32(nil, claim)
+	for _, sent := range []int{100, 300 << 10} {
+		scope := &countingScope{}
+		in := append(slices.Clone(hdr), make([]byte, sent)...)
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		_, _, err := Read(bytes.NewReader(in), claim, scope)
+		runtime.ReadMemStats(&after)
+		if !errors.Is(err, ErrTruncated) {
+			t.Fatalf("sent %d of %d: err %v, want ErrTruncated", sent, claim, err)
+		}
+		// Doubling: what is held is at most twice what arrived, and all
+		// that was allocated on the way at most four times.
+		held := max(GrowStep, 2*sent)
+		if grew, limit := after.TotalAlloc-before.TotalAlloc, uint64(GrowStep+4*sent+16<<10); grew > limit {
+			t.Errorf("sent %d of a claimed %d: allocated %d bytes, want at most %d", sent, claim, grew, limit)
+		}
+		if scope.reserved > held || scope.released != scope.reserved {
+			t.Errorf("sent %d: reserved %d, released %d", sent, scope.reserved, scope.released)
+		}
+	}
+	// A whole frame still reads whole, reserved at its length.
+	scope := &countingScope{}
+	body := make([]byte, claim)
+	body[claim-1] = 7
+	got, reserved, err := Read(bytes.NewReader(frameOf(body)), claim, scope)
+	if err != nil || len(got) != claim || got[claim-1] != 7 || reserved != claim || scope.reserved != claim {
+		t.Fatalf("whole 1 MiB frame: len %d err %v reserved %d (scope %d)", len(got), err, reserved, scope.reserved)
 	}
 }

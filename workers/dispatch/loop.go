@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/sirupsen/logrus"
 
 	"github.com/workmesh/workmesh/node/apiv1"
 	"github.com/workmesh/workmesh/selection"
@@ -325,6 +326,12 @@ func (d *Dispatcher) attempt(ctx context.Context, req WorkRequest, pk selection.
 	r.dur = time.Since(start)
 	r.resp, r.err = resp, err
 	switch {
+	case err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded):
+		// The worker was given the work and did not answer within the
+		// request's deadline: a stall, which liveness holds against it
+		// (its pings may be fine) and rating counts as an error.
+		r.outcome = workers.RetryableError
+		d.stalled(pk.Peer)
 	case err != nil && ctx.Err() != nil:
 		r.outcome = workers.Cancelled // the request ended, or was decided elsewhere
 	case errors.Is(err, protocol.ErrAcceptTimeout):
@@ -333,8 +340,18 @@ func (d *Dispatcher) attempt(ctx context.Context, req WorkRequest, pk selection.
 		r.outcome = workers.RetryableError
 	default:
 		r.outcome = resp.Outcome // Unsupported and Denied are final for this worker only: the plan goes on
+		d.sel.Liveness().ReportAnswer(pk.Peer)
 	}
 	return r
+}
+
+// stalled reports to liveness a worker that left an attempt unanswered
+// until the request's deadline, and logs the cordon it may cause.
+func (d *Dispatcher) stalled(id string) {
+	if t, changed := d.sel.Liveness().ReportStall(id); changed {
+		d.log.WithFields(logrus.Fields{"peer": d.idString(id), "from": t.From.String(), "to": t.To.String(),
+			"reason": d.sel.Liveness().Reason(id)}).Warn("peer cordoned: it accepts work and does not answer")
+	}
 }
 
 func (d *Dispatcher) attemptOf(r attemptResult, o selection.Outcome) apiv1.Attempt {

@@ -29,6 +29,8 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	defer ticker.Stop()
 	table := d.node.Peers()
 	changed := table.Changed()
+	// This loop polls: a peer it learns of is selected once it answered.
+	d.sel.Liveness().AwaitFirstPoll()
 	d.syncPeers()
 	var syncC <-chan time.Time // running while syncs are spaced out
 	var addC <-chan time.Time  // running while syncs for new peers are
@@ -71,7 +73,8 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			}
 		case <-ticker.C:
 			d.sel.MaybeRefresh()
-			for _, id := range d.sel.Liveness().Due() {
+			for _, due := range d.sel.Liveness().DuePolls() {
+				id := due.Peer
 				if len(sem) == cap(sem) {
 					// Every poll slot is taken (dead peers hold theirs for
 					// a whole timeout): the rest stay due for a later tick.
@@ -89,7 +92,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 				sem <- struct{}{} // never blocks: only this loop sends
 				wg.Go(func() {
 					defer func() { <-sem }()
-					d.poll(ctx, id)
+					d.poll(ctx, due)
 					mu.Lock()
 					delete(polling, id)
 					mu.Unlock()
@@ -100,8 +103,10 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 }
 
 // poll pings one peer over the health protocol and reports the result to
-// liveness.
-func (d *Dispatcher) poll(ctx context.Context, id string) {
+// liveness, for the entry it was due for: a peer removed meanwhile stays
+// removed.
+func (d *Dispatcher) poll(ctx context.Context, due selection.Poll) {
+	id := due.Peer
 	pid := peer.ID(id)
 	var err error
 	var rtt time.Duration
@@ -127,17 +132,29 @@ func (d *Dispatcher) poll(ctx context.Context, id string) {
 		return // shutting down: not the peer's fault
 	}
 	d.metrics.poll(id, rtt, err, time.Now())
-	d.report(id, err == nil, err)
+	t, changed := d.sel.Liveness().ReportPoll(due, err == nil)
+	if changed {
+		d.logTransition(t, err)
+	}
 }
 
 func (d *Dispatcher) report(id string, ok bool, err error) {
-	t, changed := d.sel.Liveness().Report(id, ok)
-	if !changed {
-		return
+	if t, changed := d.sel.Liveness().Report(id, ok); changed {
+		d.logTransition(t, err)
 	}
+}
+
+// logTransition logs a change of a peer's liveness, with the error that
+// caused it when there is one.
+func (d *Dispatcher) logTransition(t selection.Transition, err error) {
+	id := t.Peer
 	f := d.log.WithFields(logrus.Fields{"peer": peer.ID(id).String(), "from": t.From.String(), "to": t.To.String()})
 	if err != nil {
 		f = f.WithField(logrus.ErrorKey, attemptCause(err))
+	}
+	if t.First {
+		f.Debug("peer liveness changed: its first poll answered")
+		return
 	}
 	if pi, ok := d.node.Peers().Get(peer.ID(id)); ok && left(pi) {
 		// It left (syncPeers logged "peer left"): its polls fail because

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -52,6 +53,17 @@ type Pool struct {
 	// runNS is a moving average of how long a handler ran, in nanoseconds
 	// (0 until one ran): what lateFor estimates a queued request's end by.
 	runNS atomic.Int64
+
+	// The share of peers (AdmitPeer): local-reserve keeps the rest of the
+	// running slots and queue places for the node's own clients. peerTurns
+	// holds one token per running (or turn-taking) peer request, so peers
+	// never hold more than cap(peerTurns) of turns; nil when nothing is
+	// reserved. peerAdmitted counts peer requests as admitted does all.
+	peerTurns    chan struct{}
+	peerPlaces   int
+	peerAdmitted atomic.Int64
+	// reserveRun and reservePlaces are what local-reserve keeps.
+	reserveRun, reservePlaces int
 }
 
 // Stats is the local worker's capacity and current load, as advertised
@@ -70,6 +82,8 @@ type Stats struct {
 // Ticket is one admitted request (Admit): it holds a place in the pool
 // until RunInline releases it, exactly once.
 type Ticket struct {
+	// peer: admitted by AdmitPeer, within the peers' share.
+	peer     bool
 	ctx      context.Context
 	cancel   context.CancelCauseFunc
 	stopPool func() bool // detaches ctx from the pool's context
@@ -94,8 +108,11 @@ func New(reg *workers.Registry, cfg config.WorkerConfig, log logrus.FieldLogger)
 	if log == nil {
 		log = logrus.StandardLogger()
 	}
+	if !(cfg.LocalReserve >= 0 && cfg.LocalReserve <= 1) {
+		return nil, fmt.Errorf("new local worker: local-reserve is %v, want 0 to 1", cfg.LocalReserve)
+	}
 	ctx, cancel := context.WithCancelCause(context.Background())
-	return &Pool{
+	p := &Pool{
 		reg:         reg,
 		log:         log.WithField("component", "local-worker"),
 		concurrency: cfg.LocalConcurrency,
@@ -103,8 +120,32 @@ func New(reg *workers.Registry, cfg config.WorkerConfig, log logrus.FieldLogger)
 		ctx:         ctx,
 		cancel:      cancel,
 		turns:       make(chan struct{}, cfg.LocalConcurrency),
-	}, nil
+	}
+	run, places := reserved(cfg.LocalReserve, cfg.LocalConcurrency, cfg.WorkerBufferSize)
+	p.reserveRun, p.reservePlaces = run, places
+	p.peerPlaces = cfg.LocalConcurrency + cfg.WorkerBufferSize - run - places
+	if run > 0 {
+		p.peerTurns = make(chan struct{}, cfg.LocalConcurrency-run)
+	}
+	return p, nil
 }
+
+// reserved returns the running slots and queue places local-reserve keeps
+// for the node's own clients: share of each, rounded down (a share of one
+// slot keeps nothing), and never every running slot (peers keep one at
+// least, so a node with one slot still serves its peers).
+func reserved(share float64, concurrency, queue int) (run, places int) {
+	if share <= 0 {
+		return 0, 0
+	}
+	run = min(concurrency-1, int(math.Floor(share*float64(concurrency))))
+	places = min(queue, int(math.Floor(share*float64(queue))))
+	return run, places
+}
+
+// Reserved returns the running slots and queue places kept for the node's
+// own clients (local-reserve).
+func (p *Pool) Reserved() (run, places int) { return p.reserveRun, p.reservePlaces }
 
 // Registry returns the handlers the pool runs.
 func (p *Pool) Registry() *workers.Registry { return p.reg }
@@ -169,10 +210,23 @@ func (p *Pool) RunInline(t *Ticket) workers.Result {
 	return p.execute(t)
 }
 
-// Admit takes a place for the request, or says why there is none (ok
-// false). An admitted Ticket must go through takeTurn, and execute when
-// takeTurn succeeds; between them they release it exactly once.
+// Admit takes a place for a request of the node's own clients, or says
+// why there is none (ok false): every slot and place is open to it. An
+// admitted Ticket must go through takeTurn, and execute when takeTurn
+// succeeds; between them they release it exactly once.
 func (p *Pool) Admit(ctx context.Context, workType string, payload []byte) (t *Ticket, res workers.Result, ok bool) {
+	return p.admit(ctx, workType, payload, false)
+}
+
+// AdmitPeer is Admit for a request from a peer (the work protocol
+// server's): it is admitted only within the peers' share, so that the
+// slots and places local-reserve keeps stay free for the node's own
+// clients however many peers send work.
+func (p *Pool) AdmitPeer(ctx context.Context, workType string, payload []byte) (t *Ticket, res workers.Result, ok bool) {
+	return p.admit(ctx, workType, payload, true)
+}
+
+func (p *Pool) admit(ctx context.Context, workType string, payload []byte, fromPeer bool) (t *Ticket, res workers.Result, ok bool) {
 	if err := ctx.Err(); err != nil {
 		return nil, workers.Fail(workers.RetryableError, "%s: not started: %v", workType, context.Cause(ctx)), false
 	}
@@ -195,12 +249,18 @@ func (p *Pool) Admit(ctx context.Context, workType string, payload []byte) (t *T
 		p.mu.RUnlock()
 		return nil, res, false
 	}
+	if fromPeer && p.peerAdmitted.Add(1) > int64(p.peerPlaces) {
+		p.peerAdmitted.Add(-1)
+		p.admitted.Add(-1)
+		p.mu.RUnlock()
+		return nil, p.peersBusy(workType), false
+	}
 	p.queued.Add(1)
 	p.wg.Add(1)
 	p.mu.RUnlock()
 
 	jctx, cancel := context.WithCancelCause(ctx)
-	t = &Ticket{ctx: jctx, cancel: cancel, workType: workType, payload: payload}
+	t = &Ticket{peer: fromPeer, ctx: jctx, cancel: cancel, workType: workType, payload: payload}
 	t.stopPool = context.AfterFunc(p.ctx, func() { cancel(context.Cause(p.ctx)) })
 	return t, workers.Result{}, true
 }
@@ -241,13 +301,30 @@ func (p *Pool) observeRun(d time.Duration) {
 	p.runNS.Store(old + (int64(d)-old)/8)
 }
 
+// peersBusy is the answer to a peer when the peers' share is taken.
+func (p *Pool) peersBusy(workType string) workers.Result {
+	run, places := p.Reserved()
+	return workers.Fail(workers.Busy, "local worker busy: %d running, %d of %d queued; %d slots and %d places are kept for this node's own clients",
+		p.inFlight.Load(), p.queued.Load(), p.queueSize, run, places)
+}
+
 // takeTurn waits until the request may run. When the Ticket's context ends
-// first, or the pool is closed, it releases the Ticket and returns why.
+// first, or the pool is closed, it releases the Ticket and returns why. A
+// peer's request takes a turn of the peers' share first.
 func (p *Pool) takeTurn(t *Ticket) (workers.Result, bool) {
+	if t.peer && p.peerTurns != nil {
+		select {
+		case p.peerTurns <- struct{}{}:
+		case <-t.ctx.Done():
+			p.queued.Add(-1)
+			return p.release(t, false, p.notRun(t)), false
+		}
+	}
 	select {
 	case p.turns <- struct{}{}:
 	case <-t.ctx.Done():
 		p.queued.Add(-1)
+		p.releasePeerTurn(t)
 		return p.release(t, false, p.notRun(t)), false
 	}
 	p.queued.Add(-1)
@@ -297,12 +374,24 @@ func (p *Pool) handler(workType string) workers.Handler {
 func (p *Pool) release(t *Ticket, hadTurn bool, res workers.Result) workers.Result {
 	if hadTurn {
 		<-p.turns
+		p.releasePeerTurn(t)
+	}
+	if t.peer {
+		p.peerAdmitted.Add(-1)
 	}
 	t.stopPool()
 	t.cancel(context.Canceled)
 	p.admitted.Add(-1)
 	p.wg.Done()
 	return res
+}
+
+// releasePeerTurn gives back the turn of the peers' share a peer's
+// request took.
+func (p *Pool) releasePeerTurn(t *Ticket) {
+	if t.peer && p.peerTurns != nil {
+		<-p.peerTurns
+	}
 }
 
 // Context is the admitted request's context: it ends at the request's

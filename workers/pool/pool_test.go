@@ -353,3 +353,56 @@ func TestPool_BusyForWorkThatWouldEndPastItsDeadline(t *testing.T) {
 	g.Open()
 	workertest.Recv(t, running, "the running request to end")
 }
+
+// Peers cannot take the share local-reserve keeps for the node's own
+// clients: with 4 slots, 4 places and a quarter kept, peers get 3 running
+// and 3 queued, the 7th is busy, and the node's own request still runs at
+// once, beside them.
+func TestPool_PeersCannotTakeTheReserve(t *testing.T) {
+	g := workertest.NewGate(false)
+	defer g.Open()
+	reg := workers.NewRegistry()
+	workertest.Must(t, reg.Register("gate", g))
+	workertest.Must(t, reg.Register("echo", workers.HandlerFunc(func(_ context.Context, b []byte) workers.Result { return workers.OK(b) })))
+	cfg := config.Defaults().Worker
+	cfg.LocalConcurrency, cfg.WorkerBufferSize, cfg.LocalReserve = 4, 4, 0.25
+	p, err := pool.New(reg, cfg, workertest.QuietLogger())
+	workertest.Must(t, err)
+	t.Cleanup(func() { _ = p.Close() })
+	if run, places := p.Reserved(); run != 1 || places != 1 {
+		t.Fatalf("Reserved() = %d, %d; want 1 slot and 1 place", run, places)
+	}
+	ctx := context.Background()
+	var peers []<-chan workers.Result
+	for i := range 6 {
+		tk, res, ok := p.AdmitPeer(ctx, "gate", []byte(fmt.Sprint(i)))
+		if !ok {
+			t.Fatalf("peer request %d refused within the peers' share: %v %q", i, res.Outcome, res.Error)
+		}
+		ch := make(chan workers.Result, 1)
+		go func() { ch <- p.RunInline(tk) }()
+		peers = append(peers, ch)
+	}
+	for range 3 {
+		workertest.Recv(t, g.Started, "the peers' requests to start")
+	}
+	if _, res, ok := p.AdmitPeer(ctx, "gate", nil); ok || res.Outcome != workers.Busy || !strings.Contains(res.Error, "kept for this node's own clients") {
+		t.Fatalf("7th peer request: admitted %v, %v %q; want busy, the rest is kept", ok, res.Outcome, res.Error)
+	}
+	if st := p.Stats(); st.InFlight != 3 || st.Queued != 3 {
+		t.Fatalf("Stats() = %+v, want 3 running and 3 queued (peers hold no reserved slot)", st)
+	}
+	own := workertest.Recv(t, submitAsync(ctx, p, "echo", "mine"), "the node's own request")
+	if own.Outcome != workers.Success || string(own.Output) != "mine" {
+		t.Fatalf("own request while peers fill their share: %v %q", own.Outcome, own.Error)
+	}
+	g.Open()
+	for _, ch := range peers {
+		if r := workertest.Recv(t, ch, "a peer's result"); r.Outcome != workers.Success {
+			t.Errorf("peer request: %v %q", r.Outcome, r.Error)
+		}
+	}
+	if st := p.Stats(); st.InFlight != 0 || st.Queued != 0 {
+		t.Fatalf("after: %+v, want empty", st)
+	}
+}

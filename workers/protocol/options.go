@@ -24,6 +24,7 @@ type settings struct {
 	intercept      Interceptor
 	observe        func(ServedRequest)
 	log            logrus.FieldLogger
+	incomplete     incompleteLimits
 }
 
 // Option configures a Server or a Client.
@@ -38,6 +39,7 @@ func defaults() settings {
 		readTimeout:    DefaultRequestReadTimeout,
 		grace:          DefaultGracePeriod,
 		log:            logrus.StandardLogger(),
+		incomplete:     incompleteLimits{total: DefaultIncompleteTotal, perPeer: DefaultIncompletePerPeer},
 	}
 }
 

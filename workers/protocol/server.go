@@ -72,6 +72,9 @@ type Server struct {
 	draining atomic.Bool
 	ackWait  time.Duration
 
+	// incomplete bounds the request bodies being read (WithIncompleteLimits).
+	incomplete *incomplete
+
 	byOutcome [workers.NumOutcomes]atomic.Uint64
 	malformed atomic.Uint64
 	dropped   atomic.Uint64
@@ -91,7 +94,8 @@ func NewServer(h host.Host, network string, pool *pool.Pool, opts ...Option) (*S
 		return nil, fmt.Errorf("new work server: %w", err)
 	}
 	ctx, cancel := context.WithCancelCause(context.Background())
-	s := &Server{h: h, pid: ProtocolID(network), pool: pool, cfg: cfg, ctx: ctx, cancel: cancel, ackWait: defaultAckWait}
+	s := &Server{h: h, pid: ProtocolID(network), pool: pool, cfg: cfg, ctx: ctx, cancel: cancel, ackWait: defaultAckWait,
+		incomplete: newIncomplete(cfg.incomplete)}
 	s.cfg.log = cfg.log.WithField("protocol", string(s.pid))
 	h.SetStreamHandler(s.pid, s.handle)
 	return s, nil
@@ -141,6 +145,7 @@ func (s *Server) Close() error {
 		s.cancel(ErrServerClosed)
 	}
 	s.wg.Wait()
+	s.incomplete.stop()
 	return nil
 }
 
@@ -180,7 +185,7 @@ func (s *Server) handle(str network.Stream) {
 
 func (s *Server) serve(str network.Stream, start time.Time, sr *ServedRequest) {
 	_ = str.SetDeadline(start.Add(s.cfg.readTimeout))
-	body, reserved, err := frame.Read(str, frameLimit(s.cfg.maxPayload), str.Scope())
+	body, reserved, err := s.readRequest(str)
 	if reserved > 0 {
 		defer str.Scope().ReleaseMemory(reserved)
 	}
@@ -222,7 +227,8 @@ func (s *Server) run(str network.Stream, req *Request, sr *ServedRequest) {
 	defer cancel()
 	_ = str.SetDeadline(deadline.Add(writeSlack))
 
-	t, res, ok := s.pool.Admit(ctx, req.Type, req.Payload)
+	// A peer's work takes only the peers' share (local-reserve).
+	t, res, ok := s.pool.AdmitPeer(ctx, req.Type, req.Payload)
 	if ok {
 		res = s.execute(str, req, t)
 		// The ticket's context keeps the first cause it was cancelled with.

@@ -119,6 +119,9 @@ func NewPool(t testing.TB, concurrency, buffer int, handlers map[string]workers.
 	}
 	cfg := config.Defaults().Worker
 	cfg.LocalConcurrency, cfg.WorkerBufferSize = concurrency, buffer
+	// Peers may take every slot of a test pool: a test of the reserve for
+	// the node's own clients (local-reserve) builds its pool itself.
+	cfg.LocalReserve = 0
 	p, err := pool.New(reg, cfg, QuietLogger())
 	Must(t, err)
 	t.Cleanup(func() { _ = p.Close() })

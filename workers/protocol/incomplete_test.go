@@ -1,0 +1,72 @@
+package protocol
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/network"
+
+	"github.com/workmesh/workmesh/tests/testkit"
+	"github.com/workmesh/workmesh/workers"
+	"github.com/workmesh/workmesh/workers/workertest"
+)
+
+// Streams that send all of a 1 MiB request but its last byte hold at most
+// the per-peer bound of incomplete bodies; the streams beyond it are
+// reset, and when the peer goes the bytes are given back.
+func TestServer_IncompleteRequestsBounded(t *testing.T) {
+	const perPeer = 2 << 20
+	p := newPair(t, map[string]workers.Handler{}, WithIncompleteLimits(8<<20, perPeer))
+	ctx, cancel := context.WithTimeout(context.Background(), workertest.FailAfter)
+	defer cancel()
+	const n = 6
+	body := make([]byte, 1<<20)
+	msg := append(binary.BigEndian.AppendUint32(nil, uint32(len(body))), body[:len(body)-1]...)
+	ended := make(chan error, n)
+	var streams []network.Stream
+	for range n {
+		s, err := p.clientHost.NewStream(ctx, p.serverHost.ID(), p.server.Protocol())
+		workertest.Must(t, err)
+		streams = append(streams, s)
+		go func() {
+			_, err := s.Write(msg)
+			if err == nil {
+				var b [1]byte
+				_, err = s.Read(b[:]) // ends when the server resets it
+			}
+			ended <- err
+		}()
+	}
+	// Two streams fit the peer's bound; the other four are reset.
+	for range n - 2 {
+		select {
+		case err := <-ended:
+			if err == nil {
+				t.Fatal("a stream beyond the bound ended without an error")
+			}
+		case <-ctx.Done():
+			t.Fatalf("the streams beyond the per-peer bound were not reset; %d bytes incomplete", p.server.Incomplete())
+		}
+	}
+	testkit.WaitFor(t, 5*time.Second, "the two held bodies to be fully in", func() error {
+		if got := p.server.Incomplete(); got != perPeer {
+			return fmt.Errorf("%d bytes incomplete, want %d", got, perPeer)
+		}
+		return nil
+	})
+	for _, s := range streams {
+		_ = s.Reset()
+	}
+	testkit.WaitFor(t, 5*time.Second, "the bytes given back", func() error {
+		if got := p.server.Incomplete(); got != 0 {
+			return fmt.Errorf("%d bytes incomplete after the streams ended", got)
+		}
+		return nil
+	})
+	if st := p.server.Stats(); st.Malformed < n {
+		t.Errorf("stats %+v: want the %d streams counted as malformed", st, n)
+	}
+}

@@ -184,9 +184,10 @@ const (
 	kindInt
 	kindFloat
 	kindDuration
-	kindStrings  // []string; comma-separated in the environment
-	kindBlock    // pointer to a struct: a nested block such as label-balancing
-	kindBlockMap // map from a name to a struct: file-only, such as work-type-defaults
+	kindStrings   // []string; comma-separated in the environment
+	kindBlock     // pointer to a struct: a nested block such as label-balancing
+	kindBlockMap  // map from a name to a struct: file-only, such as work-type-defaults
+	kindStringMap // map from a name to a string: file-only, inside a block map (custom-types headers, env)
 )
 
 var durationType = reflect.TypeFor[time.Duration]()
@@ -209,6 +210,8 @@ func kindOf(t reflect.Type) (kind, bool) {
 		return kindBlock, true
 	case t.Kind() == reflect.Map && t.Key().Kind() == reflect.String && t.Elem().Kind() == reflect.Struct:
 		return kindBlockMap, true
+	case t.Kind() == reflect.Map && t.Key().Kind() == reflect.String && t.Elem().Kind() == reflect.String:
+		return kindStringMap, true
 	}
 	return 0, false
 }

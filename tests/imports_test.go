@@ -59,6 +59,7 @@ func TestPackageGraph(t *testing.T) {
 		"workers/access":     {"workers", "config"},
 		"workers/faults":     {"workers", "workers/pool", "config", "node", "node/httpapi", "node/apiv1"},
 		"workers/httpwork":   {"workers", "config"},
+		"workers/custom":     {"workers", "config"},
 		"workers/jsonrpc":    {"workers", "workers/httpwork", "config", "node/httpapi"},
 		"workers/dispatch":   {"workers", "workers/builtin", "workers/pool", "workers/protocol", "config", "node", "node/apiv1", "node/scrape", "selection"},
 		"workers/workertest": {"workers", "workers/builtin", "workers/pool", "config"},

@@ -109,6 +109,7 @@ type Handler struct {
 	client    *http.Client
 	allow     httpAllow
 	own       ownPorts
+	services  services
 	maxBody   int
 	maxOutput int
 	timeout   time.Duration

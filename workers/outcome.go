@@ -38,9 +38,6 @@ type Result struct {
 	Output []byte
 	// Error says why the work did not succeed; empty for Success and Empty.
 	Error string
-	// Detail, when set, is what an operator's own work type adds: exit
-	// code and stderr, or HTTP status and body (see Detail).
-	Detail *Detail
 }
 
 // Limits of a result, as the work protocol carries it.

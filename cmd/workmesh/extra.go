@@ -3,9 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net"
 	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 
 	ma "github.com/multiformats/go-multiaddr"
@@ -15,6 +17,7 @@ import (
 	"github.com/workmesh/workmesh/node"
 	"github.com/workmesh/workmesh/workers"
 	"github.com/workmesh/workmesh/workers/builtin"
+	"github.com/workmesh/workmesh/workers/custom"
 	"github.com/workmesh/workmesh/workers/httpwork"
 	"github.com/workmesh/workmesh/workers/jsonrpc"
 )
@@ -25,6 +28,8 @@ import (
 type extraTypes struct {
 	http    *httpwork.Handler
 	jsonrpc *jsonrpc.Relay
+	// custom holds the operator's own types (custom-types), by name.
+	custom map[string]custom.Type
 	// announce is called when the jsonrpc head moves, so peers see the new
 	// head without waiting for the next announce-interval.
 	announce atomic.Pointer[func()]
@@ -39,11 +44,12 @@ func knownTypes() workers.Catalog {
 	return c
 }
 
-// builtinTypes returns the work types of list that are built in.
-func builtinTypes(list []string) []string {
+// builtinTypes returns the work types of list that are built in: not
+// http or jsonrpc, and not one of the operator's own (declared).
+func builtinTypes(list []string, declared map[string]config.CustomTypeConfig) []string {
 	out := make([]string, 0, len(list))
 	for _, t := range list {
-		if t != httpwork.Type && t != jsonrpc.Type {
+		if _, own := declared[t]; !own && t != httpwork.Type && t != jsonrpc.Type {
 			out = append(out, t)
 		}
 	}
@@ -55,9 +61,25 @@ func builtinTypes(list []string) []string {
 // another chain than jsonrpc-chain-id, stops the start.
 func newExtraTypes(ctx context.Context, cfg config.Config, log *logrus.Logger) (*extraTypes, error) {
 	e := &extraTypes{}
+	// The custom types served are those work-types lists; the others are
+	// declared only (a gateway knows their traits).
+	served := map[string]config.CustomTypeConfig{}
+	for name, c := range cfg.CustomTypes {
+		if slices.Contains(cfg.Node.WorkTypes, name) {
+			served[name] = c
+		}
+	}
+	if len(served) > 0 {
+		ct, err := custom.New(served, custom.Options{MaxOutput: workers.DefaultMaxPayload})
+		if err != nil {
+			return nil, usageError{err}
+		}
+		e.custom = ct
+	}
 	if slices.Contains(cfg.Node.WorkTypes, httpwork.Type) {
 		h, err := httpwork.New(cfg.HTTP)
 		if err != nil {
+			e.close()
 			return nil, usageError{fmt.Errorf("work type http: %w", err)}
 		}
 		e.http = h
@@ -104,12 +126,21 @@ func (e *extraTypes) protectOwnPorts(n *node.Node) {
 		}
 	}
 	e.http.ProtectOwnPorts(ports)
+	services := map[string]string{}
+	for name, t := range e.custom {
+		if svc, ok := t.(*custom.Service); ok {
+			for _, a := range svc.Addrs() {
+				services[a] = "the service of custom work type " + name
+			}
+		}
+	}
+	e.http.ProtectServices(services)
 }
 
 // newRegistry returns a registry of the built-in types work-types lists
 // (all of them when it lists none at all) and the extra types e holds.
-func (e *extraTypes) newRegistry(list []string) (*workers.Registry, error) {
-	builtins := builtinTypes(list)
+func (e *extraTypes) newRegistry(list []string, declared map[string]config.CustomTypeConfig) (*workers.Registry, error) {
+	builtins := builtinTypes(list, declared)
 	var reg *workers.Registry
 	if len(list) > 0 && len(builtins) == 0 {
 		reg = workers.NewRegistry() // only extra types
@@ -137,17 +168,47 @@ func (e *extraTypes) register(reg *workers.Registry) error {
 			return err
 		}
 	}
+	for _, name := range slices.Sorted(maps.Keys(e.custom)) {
+		if err := reg.Register(name, e.custom[name]); err != nil {
+			return err
+		}
+	}
 	return nil
+}
+
+// catalogOf is knownTypes and the traits of the custom types cfg
+// declares, served here or not: they are hedged only when idempotent.
+func catalogOf(cfg config.Config) workers.Catalog {
+	c := knownTypes()
+	for name, t := range cfg.CustomTypes {
+		c[name] = custom.TraitsOf(t)
+	}
+	return c
+}
+
+// onTypeHealth sets what runs when a custom type's health changes.
+func (e *extraTypes) onTypeHealth(f func()) {
+	for _, t := range e.custom {
+		if svc, ok := t.(*custom.Service); ok {
+			svc.OnHealthChange(f)
+		}
+	}
 }
 
 // onHead sets what runs when the jsonrpc head moves.
 func (e *extraTypes) onHead(f func()) { e.announce.Store(&f) }
 
-// run polls the jsonrpc upstream's head until ctx ends.
+// run polls the jsonrpc upstream's head and the custom types' health
+// URLs until ctx ends.
 func (e *extraTypes) run(ctx context.Context) {
+	var wg sync.WaitGroup
+	for _, t := range e.custom {
+		wg.Go(func() { t.Run(ctx) })
+	}
 	if e.jsonrpc != nil {
 		_ = e.jsonrpc.Run(ctx)
 	}
+	wg.Wait()
 }
 
 // close releases what the extra types hold.
@@ -160,5 +221,8 @@ func (e *extraTypes) close() {
 	}
 	if e.jsonrpc != nil {
 		e.jsonrpc.Close()
+	}
+	for _, t := range e.custom {
+		t.Close()
 	}
 }

@@ -71,7 +71,7 @@ func newNodeStartCommand() *cobra.Command {
 			if _, err := node.ParseListen(cfg.Node.Listen); err != nil {
 				return usageError{err}
 			}
-			if _, err := builtin.NewRegistry(builtinTypes(cfg.Node.WorkTypes)...); err != nil {
+			if _, err := builtin.NewRegistry(builtinTypes(cfg.Node.WorkTypes, cfg.CustomTypes)...); err != nil {
 				return usageError{fmt.Errorf("--work-types: %w", err)}
 			}
 			log, err := newLogger(cfg.Node.LogLevel, cfg.Node.LogFormat)

@@ -23,6 +23,7 @@ import (
 	"github.com/workmesh/workmesh/workers/faults"
 	"github.com/workmesh/workmesh/workers/pool"
 	"github.com/workmesh/workmesh/workers/protocol"
+	wstack "github.com/workmesh/workmesh/workers/stack"
 )
 
 // loadAnnounceInterval is how often the stack looks at the local worker's
@@ -43,8 +44,11 @@ type stack struct {
 	server *protocol.Server
 	disp   *dispatch.Dispatcher
 	api    *api.Work
-	// extra holds the http and jsonrpc work types and their head poller.
+	// extra holds the http, jsonrpc and custom work types and their
+	// pollers.
 	extra *extraTypes
+	// types keeps the advertised work types in step with their health.
+	types *wstack.TypeHealth
 	// faults and access are the work server's drill and admission settings.
 	faults *faults.Faults
 	access *access.Access
@@ -101,7 +105,7 @@ func startStack(ctx context.Context, cfg config.Config, log *logrus.Logger, opts
 	if err != nil {
 		return nil, err
 	}
-	reg, err := extra.newRegistry(cfg.Node.WorkTypes)
+	reg, err := extra.newRegistry(cfg.Node.WorkTypes, cfg.CustomTypes)
 	if err != nil {
 		extra.close()
 		return nil, fmt.Errorf("work-types: %w", err)
@@ -112,11 +116,15 @@ func startStack(ctx context.Context, cfg config.Config, log *logrus.Logger, opts
 		return nil, err
 	}
 	// The node advertises exactly what the registry serves: with no
-	// work-types configured the registry holds every built-in type.
-	cfg.Node.WorkTypes = reg.Names()
+	// work-types configured the registry holds every built-in type. A
+	// type that reports itself out (a custom type's health URL, the
+	// jsonrpc upstream) is left out until it is healthy (types).
+	var s *stack
+	types := wstack.NewTypeHealth(reg, func(t []string) error { return s.node.SetWorkTypes(t) }, log)
+	cfg.Node.WorkTypes = types.Healthy()
 
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	s := &stack{cfg: cfg, log: log, reg: reg, pool: local, ctx: sctx, cancel: cancel, extra: extra, faults: inj, access: acc}
+	s = &stack{cfg: cfg, log: log, reg: reg, pool: local, ctx: sctx, cancel: cancel, extra: extra, faults: inj, access: acc, types: types}
 	fail := func(err error) (*stack, error) {
 		s.Close()
 		return nil, err
@@ -136,7 +144,7 @@ func startStack(ctx context.Context, cfg config.Config, log *logrus.Logger, opts
 		protocol.WithObserver(servedLogger(log)), protocol.WithPeerLimiter(acc), protocol.WithInterceptor(inj)); err != nil {
 		return fail(err)
 	}
-	if s.disp, err = dispatch.New(cfg, n, local, dispatch.WithLogger(log), dispatch.WithCatalog(knownTypes())); err != nil {
+	if s.disp, err = dispatch.New(cfg, n, local, dispatch.WithLogger(log), dispatch.WithCatalog(catalogOf(cfg))); err != nil {
 		return fail(err)
 	}
 	if s.api, err = api.NewWork(s.dispatch, api.WithLogger(log)); err != nil {
@@ -156,7 +164,9 @@ func startStack(ctx context.Context, cfg config.Config, log *logrus.Logger, opts
 		return fail(err)
 	}
 	extra.onHead(n.Announce)
+	extra.onTypeHealth(types.Wake)
 	s.wg.Go(func() { extra.run(sctx) })
+	s.wg.Go(func() { types.Run(sctx) })
 	s.metrics = prometheus.NewRegistry()
 	if err := registerAll(s.metrics,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -266,7 +276,7 @@ func (s *stack) drain(d time.Duration) {
 		return
 	}
 	start := time.Now()
-	if err := s.node.SetWorkTypes(nil); err != nil {
+	if err := s.types.Drain(); err != nil {
 		s.log.WithError(err).Warn("drain: could not withdraw the work types")
 	}
 	s.log.WithFields(logrus.Fields{"requests": s.disp.InFlight(), "serving": s.server.Serving(), "drain_timeout_ms": apiv1.Millis(d)}).

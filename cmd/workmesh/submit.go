@@ -333,13 +333,32 @@ func outcomeError(workType string, r apiv1.WorkResponse) error {
 	case apiv1.StatusOK, apiv1.StatusEmpty:
 		return nil
 	case apiv1.StatusFailed:
-		return exitError{exitFailed, fmt.Errorf("%s work failed: %s", workType, why)}
+		return exitError{exitFailed, fmt.Errorf("%s work failed: %s%s", workType, why, detailText(r.FailureDetail))}
 	case apiv1.StatusUnavailable:
 		return exitError{exitUnavailable, fmt.Errorf("%s work unavailable: %s", workType, why)}
 	case apiv1.StatusTimeout:
 		return exitError{exitTimeout, fmt.Errorf("%s work timed out: %s", workType, why)}
 	}
 	return exitError{exitFailed, fmt.Errorf("%s work: unknown status %q: %s", workType, r.Status, why)}
+}
+
+// detailText is a failed custom run's exit code or HTTP status and its
+// stderr or body, on lines of their own after the error, or "".
+func detailText(d apiv1.FailureDetail) string {
+	var b strings.Builder
+	if d.ExitCode != nil {
+		fmt.Fprintf(&b, "\nexit code: %d", *d.ExitCode)
+	}
+	if d.HTTPStatus != 0 {
+		fmt.Fprintf(&b, "\nhttp status: %d", d.HTTPStatus)
+	}
+	if d.Stderr != "" {
+		b.WriteString("\nstderr:\n" + d.Stderr)
+	}
+	if d.HTTPBody != "" {
+		b.WriteString("\nbody:\n" + d.HTTPBody)
+	}
+	return b.String()
 }
 
 // summarize says in one line how a request ended: status, worker, every

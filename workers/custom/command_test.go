@@ -51,13 +51,13 @@ func TestCommandCleanEnvironment(t *testing.T) {
 func TestCommandExitCodes(t *testing.T) {
 	c := newCommand(t, config.CustomTypeConfig{Command: []string{"sh", "-c", `cat >/dev/null; echo "first" >&2; echo "why: $1" >&2; exit "$1"`, "sh", "3"}})
 	r := c.Do(context.Background(), []byte("x"))
-	if r.Outcome != workers.PermanentError || r.Detail == nil || !r.Detail.HasExitCode || r.Detail.ExitCode != 3 ||
-		r.Detail.Stderr != "first\nwhy: 3" || !strings.Contains(r.Error, "exited with code 3: why: 3") {
-		t.Fatalf("exit 3: %v %q %+v", r.Outcome, r.Error, r.Detail)
+	if r.Outcome != workers.PermanentError || workers.DetailOf(r) == nil || !workers.DetailOf(r).HasExitCode || workers.DetailOf(r).ExitCode != 3 ||
+		workers.DetailOf(r).Stderr != "first\nwhy: 3" || !strings.Contains(r.Error, "exited with code 3: why: 3") {
+		t.Fatalf("exit 3: %v %q %+v", r.Outcome, r.Error, workers.DetailOf(r))
 	}
 	c = newCommand(t, config.CustomTypeConfig{Command: []string{"sh", "-c", "exit 75"}})
-	if r := c.Do(context.Background(), nil); r.Outcome != workers.RetryableError || r.Detail == nil || r.Detail.ExitCode != 75 {
-		t.Fatalf("exit 75: %v %q %+v, want a retryable error", r.Outcome, r.Error, r.Detail)
+	if r := c.Do(context.Background(), nil); r.Outcome != workers.RetryableError || workers.DetailOf(r) == nil || workers.DetailOf(r).ExitCode != 75 {
+		t.Fatalf("exit 75: %v %q %+v, want a retryable error", r.Outcome, r.Error, workers.DetailOf(r))
 	}
 	c = newCommand(t, config.CustomTypeConfig{Command: []string{"sh", "-c", "exit 9"}, RetryableExitCode: 9})
 	if r := c.Do(context.Background(), nil); r.Outcome != workers.RetryableError {
@@ -68,16 +68,16 @@ func TestCommandExitCodes(t *testing.T) {
 func TestCommandStderrBounded(t *testing.T) {
 	c := newCommand(t, config.CustomTypeConfig{Command: []string{"sh", "-c", `i=0; while [ $i -lt 3000 ]; do echo "line $i of a long complaint" >&2; i=$((i+1)); done; exit 1`}})
 	r := c.Do(context.Background(), nil)
-	if r.Detail == nil || len(r.Detail.Stderr) > workers.MaxDetailText || strings.Count(r.Detail.Stderr, "\n") >= stderrLines ||
-		!strings.HasSuffix(r.Detail.Stderr, "line 2999 of a long complaint") {
-		t.Fatalf("stderr detail %+v, want the last lines within the bound", r.Detail)
+	if workers.DetailOf(r) == nil || len(workers.DetailOf(r).Stderr) > workers.MaxDetailText || strings.Count(workers.DetailOf(r).Stderr, "\n") >= stderrLines ||
+		!strings.HasSuffix(workers.DetailOf(r).Stderr, "line 2999 of a long complaint") {
+		t.Fatalf("stderr detail %+v, want the last lines within the bound", workers.DetailOf(r))
 	}
 }
 
 func TestCommandOutputOverBoundFails(t *testing.T) {
 	c := newCommand(t, config.CustomTypeConfig{Command: []string{"yes"}, MaxOutput: 1000})
 	r := c.Do(context.Background(), nil)
-	if r.Outcome != workers.PermanentError || !strings.Contains(r.Error, "longer than max-output 1000 bytes") || len(r.Output) != 0 {
+	if r.Outcome != workers.PermanentError || !strings.Contains(r.Error, "longer than max-output 1000 bytes") || workers.DetailOf(r) == nil {
 		t.Fatalf("endless output: %v %q (%d bytes), want a clear failure", r.Outcome, r.Error, len(r.Output))
 	}
 	c = newCommand(t, config.CustomTypeConfig{Command: []string{"head", "-c", "1000", "/dev/zero"}, MaxOutput: 1000})

@@ -82,6 +82,17 @@ type common struct {
 	slots     chan struct{} // nil: no concurrency bound of the type's own
 }
 
+// TraitsOf returns the traits c declares: a node that does not serve the
+// type itself (a gateway) knows from them whether it may hedge it.
+func TraitsOf(c config.CustomTypeConfig) workers.Traits {
+	var t workers.Traits
+	if c.Idempotent {
+		t.Idempotent = workers.Always
+	}
+	t.Deterministic = c.Deterministic
+	return t
+}
+
 func newCommon(name string, c config.CustomTypeConfig, o Options) common {
 	cm := common{name: name, timeout: c.Timeout, maxOutput: c.MaxOutput}
 	if cm.timeout <= 0 {
@@ -90,10 +101,7 @@ func newCommon(name string, c config.CustomTypeConfig, o Options) common {
 	if cm.maxOutput <= 0 || cm.maxOutput > o.MaxOutput {
 		cm.maxOutput = o.MaxOutput
 	}
-	if c.Idempotent {
-		cm.traits.Idempotent = workers.Always
-	}
-	cm.traits.Deterministic = c.Deterministic
+	cm.traits = TraitsOf(c)
 	if c.Concurrency > 0 {
 		cm.slots = make(chan struct{}, c.Concurrency)
 	}

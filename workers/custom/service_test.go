@@ -52,20 +52,20 @@ func TestServiceOutcomes(t *testing.T) {
 	}
 	status.Store(422)
 	r := s.Do(context.Background(), []byte("y"))
-	if r.Outcome != workers.PermanentError || r.Detail == nil || r.Detail.HTTPStatus != 422 || r.Detail.Body != "enriched(y) status 422" {
-		t.Fatalf("4xx: %v %q %+v, want a permanent failure with status and body", r.Outcome, r.Error, r.Detail)
+	if r.Outcome != workers.PermanentError || workers.DetailOf(r) == nil || workers.DetailOf(r).HTTPStatus != 422 || workers.DetailOf(r).Body != "enriched(y) status 422" {
+		t.Fatalf("4xx: %v %q %+v, want a permanent failure with status and body", r.Outcome, r.Error, workers.DetailOf(r))
 	}
 	status.Store(500)
-	if r := s.Do(context.Background(), nil); r.Outcome != workers.RetryableError || r.Detail.HTTPStatus != 500 {
-		t.Fatalf("500: %v %q %+v", r.Outcome, r.Error, r.Detail)
+	if r := s.Do(context.Background(), nil); r.Outcome != workers.RetryableError || workers.DetailOf(r).HTTPStatus != 500 {
+		t.Fatalf("500: %v %q %+v", r.Outcome, r.Error, workers.DetailOf(r))
 	}
 	status.Store(503)
 	if r := s.Do(context.Background(), nil); r.Outcome != workers.Busy {
 		t.Fatalf("503: %v %q", r.Outcome, r.Error)
 	}
 	status.Store(429)
-	if r := s.Do(context.Background(), nil); r.Outcome != workers.Busy || r.Detail.RetryAfter != time.Second {
-		t.Fatalf("429: %v %q %+v, want busy with Retry-After 1s", r.Outcome, r.Error, r.Detail)
+	if r := s.Do(context.Background(), nil); r.Outcome != workers.Busy || workers.DetailOf(r).RetryAfter != time.Second {
+		t.Fatalf("429: %v %q %+v, want busy with Retry-After 1s", r.Outcome, r.Error, workers.DetailOf(r))
 	}
 	status.Store(200)
 	if r := s.Do(context.Background(), nil); r.Outcome != workers.Busy || !strings.Contains(r.Error, "Retry-After") {

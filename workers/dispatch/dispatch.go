@@ -66,6 +66,9 @@ type WorkResult struct {
 	// Explanation says why no (further) remote worker was tried, counted by
 	// reason; set when the request fell back or could not be placed.
 	Explanation string
+	// Detail is the deciding failure's exit code, stderr, HTTP status or
+	// body (custom work types); nil when it has none.
+	Detail *workers.Detail
 }
 
 // Dispatcher sends submitted requests to the best remote worker, chosen by
@@ -298,7 +301,7 @@ func (d *Dispatcher) fallback(ctx context.Context, req WorkRequest, plan *select
 		case ctx.Err() != nil:
 			res.cutShort(ctx, req)
 		default:
-			res.Status, res.Error = apiv1.StatusFailed, r.Error
+			res.Status, res.Error, res.Detail = apiv1.StatusFailed, r.Error, workers.DetailOf(r)
 		}
 		return res
 	}

@@ -22,9 +22,31 @@ type Config struct {
 	// WorkTypeDefaults holds per-work-type overrides, keyed by work type.
 	WorkTypeDefaults map[string]WorkTypeConfig `koanf:"work-type-defaults"`
 
+	// Limits bounds what one request carries: its payload and its result.
+	Limits LimitsConfig `koanf:",squash"`
+
 	// CustomTypes declares the operator's own work types, keyed by work
 	// type: each is backed by a command or by a local HTTP service.
 	CustomTypes map[string]CustomTypeConfig `koanf:"custom-types"`
+}
+
+// Bounds of the payload and result limits.
+const (
+	// DefaultMaxPayload is the default of max-payload and max-result: 1 MiB.
+	DefaultMaxPayload = 1 << 20
+	// MaxMaxPayload is the largest max-payload or max-result: 64 MiB.
+	MaxMaxPayload = 64 << 20
+)
+
+// LimitsConfig bounds what one request carries. Both limits are of the raw
+// bytes: a binary result is not refused because an encoding of it (the
+// http type's base64, say) is larger.
+type LimitsConfig struct {
+	// MaxPayload bounds a request's payload, in bytes.
+	MaxPayload int `koanf:"max-payload"`
+	// MaxResult bounds a result (a work type's output, an http body), in
+	// bytes.
+	MaxResult int `koanf:"max-result"`
 }
 
 // CustomTypeConfig declares one work type of the operator's own: a
@@ -365,6 +387,7 @@ func Defaults() Config {
 			PeerBurst:      100,
 		},
 		HTTP:    HTTPConfig{MaxBody: 1 << 20},
+		Limits:  LimitsConfig{MaxPayload: DefaultMaxPayload, MaxResult: DefaultMaxPayload},
 		JSONRPC: JSONRPCConfig{HeadInterval: 2 * time.Second},
 	}
 }

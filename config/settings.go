@@ -46,6 +46,8 @@ var help = map[string]string{
 	"retry-budget-window":         "sliding window of the retry budget, which bounds the retries of all requests together; 0 turns it off",
 	"retry-budget-ratio":          "share of the requests in the retry-budget-window that may be retried (0 to 1)",
 	"retry-budget-min-per-second": "retries per second allowed whatever retry-budget-ratio says, so that a quiet node still retries",
+	"max-payload":                 "largest payload a request may carry, in bytes (1 to 64 MiB)",
+	"max-result":                  "largest result a worker returns, in raw bytes (1 to 64 MiB; an encoding such as base64 is not counted)",
 
 	"selection-mode": "how candidates are ordered: rating, round-robin or random",
 
@@ -129,6 +131,7 @@ var group = map[string]string{
 	"max-remote-workers": "work", "connect-timeout": "work", "retry-delay": "work",
 	"local-concurrency": "work", "hedge-delay": "work", "hedge-max-count": "work",
 	"retry-budget-window": "work", "retry-budget-ratio": "work", "retry-budget-min-per-second": "work",
+	"max-payload": "work", "max-result": "work",
 
 	"selection-mode": "selection", "rating-window": "selection", "rating-min-samples": "selection",
 	"rating-spread": "selection", "rating-latency-weight": "selection", "rating-error-weight": "selection",

@@ -105,6 +105,7 @@ func (c *Config) Validate() error {
 		c.Fault.Validate(),
 		c.HTTP.Validate(),
 		c.JSONRPC.Validate(),
+		c.Limits.Validate(),
 	}
 	names := make([]string, 0, len(c.WorkTypeDefaults))
 	for name := range c.WorkTypeDefaults {
@@ -556,4 +557,16 @@ func httpURLProblem(raw string) string {
 		return "has no host"
 	}
 	return ""
+}
+
+// Validate reports a payload or result limit out of its bounds.
+func (l *LimitsConfig) Validate() error {
+	var c checks
+	for key, n := range map[string]int{"max-payload": l.MaxPayload, "max-result": l.MaxResult} {
+		if n < 1 || n > MaxMaxPayload {
+			c.failf(key, "%s %d must be between 1 and %d (64 MiB)", key, n, MaxMaxPayload)
+		}
+	}
+	sort.Slice(c, func(i, j int) bool { return c[i].Error() < c[j].Error() })
+	return c.join()
 }

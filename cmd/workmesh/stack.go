@@ -141,13 +141,15 @@ func startStack(ctx context.Context, cfg config.Config, log *logrus.Logger, opts
 	s.node = n
 	extra.protectOwnPorts(n)
 	if s.server, err = protocol.NewServer(n.Host(), n.Network(), local, protocol.WithLogger(log),
+		protocol.WithMaxPayload(workers.WireLimit(cfg.Limits.MaxPayload, cfg.Limits.MaxResult)),
 		protocol.WithObserver(servedLogger(log)), protocol.WithPeerLimiter(acc), protocol.WithInterceptor(inj)); err != nil {
 		return fail(err)
 	}
 	if s.disp, err = dispatch.New(cfg, n, local, dispatch.WithLogger(log), dispatch.WithCatalog(catalogOf(cfg))); err != nil {
 		return fail(err)
 	}
-	if s.api, err = api.NewWork(s.dispatch, api.WithLogger(log)); err != nil {
+	if s.api, err = api.NewWork(s.dispatch, api.WithLogger(log), api.WithMaxPayload(cfg.Limits.MaxPayload),
+		api.WithMaxBody(max(apiv1.DefaultMaxBody, int64(cfg.Limits.MaxPayload)/3*4+(1<<20)))); err != nil {
 		return fail(err)
 	}
 	if err := s.api.Register(n.HandleAPI); err != nil {

@@ -34,7 +34,7 @@ const submitSlack = 5 * time.Second
 
 // maxSubmitResponse bounds the API answer `workmesh submit` reads: a result
 // of the largest payload in base64, plus the attempts.
-const maxSubmitResponse = 4 * workers.DefaultMaxPayload
+var maxSubmitResponse = int64(2 * workers.WireLimit(config.MaxMaxPayload, config.MaxMaxPayload))
 
 // Exit codes of `workmesh submit`, by how the work ended.
 const (
@@ -205,7 +205,7 @@ func runSubmit(ctx context.Context, o submitOptions, stdin io.Reader, stdout, st
 // readPayload returns the payload from --payload, --payload-file or stdin,
 // at most what one request may carry.
 func readPayload(o submitOptions, stdin io.Reader, stderr io.Writer) ([]byte, error) {
-	limit := int64(workers.DefaultMaxPayload)
+	limit := int64(config.MaxMaxPayload) // the node refuses what is over its own max-payload
 	switch {
 	case o.payload != "" && o.payloadFile != "":
 		return nil, usageError{errors.New("--payload and --payload-file: give one, not both")}

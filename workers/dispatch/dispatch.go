@@ -162,7 +162,7 @@ func New(cfg config.Config, n *node.Node, local *pool.Pool, opts ...Option) (*Di
 	if err != nil {
 		return nil, fmt.Errorf("dispatcher: %w", err)
 	}
-	client, err := protocol.NewClient(n.Host(), n.Network())
+	client, err := protocol.NewClient(n.Host(), n.Network(), protocol.WithMaxPayload(workers.WireLimit(cfg.Limits.MaxPayload, cfg.Limits.MaxResult)))
 	if err != nil {
 		return nil, fmt.Errorf("dispatcher: %w", err)
 	}

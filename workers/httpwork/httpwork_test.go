@@ -438,3 +438,36 @@ func TestHTTPHandler_CustomServicesRefusedWhateverAllowed(t *testing.T) {
 		t.Errorf("another loopback port: %s %q, want success", r.Outcome, r.Error)
 	}
 }
+
+// TestHTTPHandler_BinaryBodyNotInflatedPastTheLimit: an 800 KB binary body
+// is within the 1 MiB result limit, so it is served, though its base64
+// in the output is larger than 1 MiB; a body over max-result fails
+// clearly.
+func TestHTTPHandler_BinaryBodyNotInflatedPastTheLimit(t *testing.T) {
+	body := make([]byte, 800_000)
+	for i := range body {
+		body[i] = byte(i*7+i/251) | 0x80 // not UTF-8
+	}
+	srv := newCountingServer(t, func(w http.ResponseWriter, _ *http.Request) { w.Write(body) })
+	h, err := New(config.HTTPConfig{Allow: []string{"127.0.0.1"}, MaxBody: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	r := h.Do(context.Background(), []byte(srv.URL))
+	if r.Outcome != workers.Success {
+		t.Fatalf("800 KB binary body: %s %q, want success", r.Outcome, r.Error)
+	}
+	var resp Response
+	if err := json.Unmarshal(r.Output, &resp); err != nil || len(resp.BodyB64) != len(body) || len(r.Output) <= workers.DefaultMaxPayload {
+		t.Fatalf("output of %d bytes, body %d bytes (%v), want the whole body in base64 past 1 MiB", len(r.Output), len(resp.BodyB64), err)
+	}
+	small, err := New(config.HTTPConfig{Allow: []string{"127.0.0.1"}, MaxBody: 1 << 20}, WithMaxResult(500_000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer small.Close()
+	if r := small.Do(context.Background(), []byte(srv.URL)); r.Outcome != workers.PermanentError || !strings.Contains(r.Error, "max-result") {
+		t.Fatalf("body over max-result: %s %q", r.Outcome, r.Error)
+	}
+}

@@ -1,4 +1,4 @@
-package main
+package stack
 
 import (
 	"context"
@@ -30,23 +30,25 @@ type extraTypes struct {
 	jsonrpc *jsonrpc.Relay
 	// custom holds the operator's own types (custom-types), by name.
 	custom map[string]custom.Type
+	// own holds the handlers a Go program added (WithHandler), by name.
+	own map[string]workers.Handler
 	// announce is called when the jsonrpc head moves, so peers see the new
 	// head without waiting for the next announce-interval.
 	announce atomic.Pointer[func()]
 }
 
-// knownTypes are the traits of every work type this binary has, served
+// KnownTypes are the traits of every work type this binary has, served
 // here or not: the dispatcher hedges only what a type declares idempotent.
-func knownTypes() workers.Catalog {
+func KnownTypes() workers.Catalog {
 	c := builtin.Catalog()
 	c[httpwork.Type] = httpwork.Traits
 	c[jsonrpc.Type] = jsonrpc.Traits
 	return c
 }
 
-// builtinTypes returns the work types of list that are built in: not
+// BuiltinTypes returns the work types of list that are built in: not
 // http or jsonrpc, and not one of the operator's own (declared).
-func builtinTypes(list []string, declared map[string]config.CustomTypeConfig) []string {
+func BuiltinTypes(list []string, declared map[string]config.CustomTypeConfig) []string {
 	out := make([]string, 0, len(list))
 	for _, t := range list {
 		if _, own := declared[t]; !own && t != httpwork.Type && t != jsonrpc.Type {
@@ -72,7 +74,7 @@ func newExtraTypes(ctx context.Context, cfg config.Config, log *logrus.Logger) (
 	if len(served) > 0 {
 		ct, err := custom.New(served, custom.Options{MaxOutput: cfg.Limits.MaxResult})
 		if err != nil {
-			return nil, usageError{err}
+			return nil, usageError(err)
 		}
 		e.custom = ct
 	}
@@ -81,7 +83,7 @@ func newExtraTypes(ctx context.Context, cfg config.Config, log *logrus.Logger) (
 			httpwork.WithMaxOutput(workers.WireLimit(cfg.Limits.MaxPayload, cfg.Limits.MaxResult)))
 		if err != nil {
 			e.close()
-			return nil, usageError{fmt.Errorf("work type http: %w", err)}
+			return nil, usageError(fmt.Errorf("work type http: %w", err))
 		}
 		e.http = h
 	}
@@ -99,7 +101,7 @@ func newExtraTypes(ctx context.Context, cfg config.Config, log *logrus.Logger) (
 		e.jsonrpc = j
 	case slices.Contains(cfg.Node.WorkTypes, jsonrpc.Type):
 		e.close()
-		return nil, usageError{fmt.Errorf("work type jsonrpc needs --jsonrpc-upstream")}
+		return nil, usageError(fmt.Errorf("work type jsonrpc needs --jsonrpc-upstream"))
 	}
 	return e, nil
 }
@@ -141,7 +143,12 @@ func (e *extraTypes) protectOwnPorts(n *node.Node) {
 // newRegistry returns a registry of the built-in types work-types lists
 // (all of them when it lists none at all) and the extra types e holds.
 func (e *extraTypes) newRegistry(list []string, declared map[string]config.CustomTypeConfig) (*workers.Registry, error) {
-	builtins := builtinTypes(list, declared)
+	var builtins []string
+	for _, t := range BuiltinTypes(list, declared) {
+		if _, own := e.own[t]; !own {
+			builtins = append(builtins, t)
+		}
+	}
 	var reg *workers.Registry
 	if len(list) > 0 && len(builtins) == 0 {
 		reg = workers.NewRegistry() // only extra types
@@ -174,15 +181,24 @@ func (e *extraTypes) register(reg *workers.Registry) error {
 			return err
 		}
 	}
+	for _, name := range slices.Sorted(maps.Keys(e.own)) {
+		if err := reg.Register(name, e.own[name]); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
-// catalogOf is knownTypes and the traits of the custom types cfg
-// declares, served here or not: they are hedged only when idempotent.
-func catalogOf(cfg config.Config) workers.Catalog {
-	c := knownTypes()
+// catalog is KnownTypes, the traits of the custom types cfg declares
+// (served here or not: they are hedged only when idempotent) and those of
+// the handlers a Go program added.
+func (e *extraTypes) catalog(cfg config.Config) workers.Catalog {
+	c := KnownTypes()
 	for name, t := range cfg.CustomTypes {
 		c[name] = custom.TraitsOf(t)
+	}
+	for name, h := range e.own {
+		c[name] = workers.TraitsOf(h)
 	}
 	return c
 }

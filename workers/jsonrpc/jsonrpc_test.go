@@ -369,6 +369,12 @@ func TestJSONRPC_RunFollowsHead(t *testing.T) {
 	if err := j.TypeHealth(); err == nil || !strings.Contains(err.Error(), "head poll failed (1 in a row)") {
 		t.Fatalf("TypeHealth() = %v after a failed head poll", err)
 	}
+	// While out, the type refuses its work (the node has withdrawn it; a
+	// request that was already on its way goes to the next worker).
+	if r := j.Do(ctx, []byte(`{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber","params":[]}`)); r.Outcome != workers.Unsupported ||
+		!strings.Contains(r.Error, "jsonrpc is out on this worker") {
+		t.Fatalf("Do while out: %s %q, want unsupported", r.Outcome, r.Error)
+	}
 	if err := j.Run(ctx); !errors.Is(err, ErrJSONRPCClosed) {
 		t.Fatalf("Run after Close: %v", err)
 	}

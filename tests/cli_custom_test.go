@@ -315,3 +315,58 @@ custom-types:
 		})
 	})
 }
+
+// TestCustomTypesConfigValidate: `workmesh config validate` reports the
+// problems of a custom-types block, each with its file and line, and
+// exits 2; the issue's block is valid.
+func TestCustomTypesConfigValidate(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	bin := buildBinary(t)
+	good := writeCustomConfig(t, "good", `work-types: [echo, upper, digest, enrich]
+custom-types:
+  upper:
+    command: ["tr", "a-z", "A-Z"]
+    timeout: 5s
+    idempotent: true
+    deterministic: true
+  digest:
+    command: ["sha256sum"]
+    deterministic: true
+  enrich:
+    url: http://127.0.0.1:8081/enrich
+    headers: {Authorization: "Bearer ..."}
+    health-url: http://127.0.0.1:8081/healthz
+`)
+	if r := runCLI(t, bin, nil, "config", "validate", "--config", good); r.code != 0 {
+		t.Fatalf("the issue's block: exit %d\nstdout %s\nstderr %s", r.code, r.stdout, r.stderr)
+	}
+	bad := writeCustomConfig(t, "bad", `work-types: [echo, upper, nowhere]
+custom-types:
+  upper:
+    timeout: 5s
+  sha256:
+    command: [cat]
+  web:
+    url: file:///etc/passwd
+  slow:
+    command: [cat]
+    timeout: forever
+`)
+	r := runCLI(t, bin, nil, "config", "validate", "--config", bad)
+	if r.code != 2 {
+		t.Fatalf("a bad block: exit %d, want 2\nstderr %s", r.code, r.stderr)
+	}
+	for _, want := range []string{
+		"custom-types upper: needs a command (a list: [program, args...]) or a url (file " + bad + " line 3)",
+		`custom-types "sha256" clashes with the built-in work type of that name: choose another name (file ` + bad + " line 5)",
+		`custom-types web: url "file:///etc/passwd" is not http or https (file ` + bad + " line 8)",
+		"custom-types.slow.timeout: want a duration",
+		`work-types entry 3 "nowhere" is not a work type of this binary`,
+	} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("missing %q in:\n%s", want, r.stderr)
+		}
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -150,6 +151,7 @@ func TestCustomWorkTypes(t *testing.T) {
 	// after a's retryable errors.
 	workerYAML := func(label, pidFile, flaky string, extra string) string {
 		return fmt.Sprintf(`labels: [`+label+`]
+drain-timeout: 500ms
 work-types: [upper, hang, flaky%s]
 custom-types:
   upper:
@@ -313,6 +315,56 @@ custom-types:
 			}
 			return nil
 		})
+	})
+
+	t.Run("a node that drains past its drain-timeout kills the command it runs", func(t *testing.T) {
+		if err := os.Remove(pidA); err != nil && !os.IsNotExist(err) {
+			t.Fatal(err)
+		}
+		type result struct {
+			r    cliRun
+			resp customResponse
+		}
+		res := make(chan result, 1)
+		go func() {
+			r, err := execCLI(bin, cliEnv(t, nil), nil, "submit", "--api", g.api, "--type", "hang", "--payload", "", "--timeout", "6s", "--output", "json")
+			var resp customResponse
+			if err == nil {
+				_ = json.Unmarshal([]byte(r.stdout), &resp)
+			}
+			res <- result{r, resp}
+		}()
+		var pids []int
+		testkit.WaitFor(t, 10*time.Second, "the hanging command runs on a", func() error {
+			b, err := os.ReadFile(pidA)
+			if err != nil {
+				return err
+			}
+			pids = pids[:0]
+			for _, field := range strings.Fields(string(b)) {
+				if p, err := strconv.Atoi(field); err == nil {
+					pids = append(pids, p)
+				}
+			}
+			if len(pids) < 2 {
+				return fmt.Errorf("pid file %q", b)
+			}
+			return nil
+		})
+		if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-a.done:
+		case <-time.After(20 * time.Second):
+			t.Fatalf("worker a did not stop within 20s of SIGTERM (drain-timeout 500ms)\n%s", a.stderr)
+		}
+		for _, pid := range pids {
+			testkit.WaitFor(t, 10*time.Second, fmt.Sprintf("process %d gone after the drain", pid), processGone(pid))
+		}
+		if r := <-res; r.resp.Status == "ok" {
+			t.Fatalf("the hanging request succeeded: %+v", r.resp)
+		}
 	})
 }
 

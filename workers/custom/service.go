@@ -89,6 +89,16 @@ func NewService(name string, c config.CustomTypeConfig, o Options) (*Service, er
 	return s, nil
 }
 
+// HostPort is the host:port an http or https URL connects to, or "" when
+// raw is not one.
+func HostPort(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return ""
+	}
+	return hostPort(u)
+}
+
 // hostPort is the host:port u connects to.
 func hostPort(u *url.URL) string {
 	port := u.Port()

@@ -32,6 +32,9 @@ type extraTypes struct {
 	custom map[string]custom.Type
 	// own holds the handlers a Go program added (WithHandler), by name.
 	own map[string]workers.Handler
+	// services are the host:port of every declared custom type's url and
+	// health-url, served here or not, for the http type to refuse.
+	services map[string]string
 	// announce is called when the jsonrpc head moves, so peers see the new
 	// head without waiting for the next announce-interval.
 	announce atomic.Pointer[func()]
@@ -62,7 +65,14 @@ func BuiltinTypes(list []string, declared map[string]config.CustomTypeConfig) []
 // asks for. A jsonrpc upstream that cannot be reached, or that reports
 // another chain than jsonrpc-chain-id, stops the start.
 func newExtraTypes(ctx context.Context, cfg config.Config, log *logrus.Logger) (*extraTypes, error) {
-	e := &extraTypes{}
+	e := &extraTypes{services: map[string]string{}}
+	for name, c := range cfg.CustomTypes {
+		for _, raw := range []string{c.URL, c.HealthURL} {
+			if hp := custom.HostPort(raw); hp != "" {
+				e.services[hp] = "the service of custom work type " + name
+			}
+		}
+	}
 	// The custom types served are those work-types lists; the others are
 	// declared only (a gateway knows their traits).
 	served := map[string]config.CustomTypeConfig{}
@@ -129,15 +139,7 @@ func (e *extraTypes) protectOwnPorts(n *node.Node) {
 		}
 	}
 	e.http.ProtectOwnPorts(ports)
-	services := map[string]string{}
-	for name, t := range e.custom {
-		if svc, ok := t.(*custom.Service); ok {
-			for _, a := range svc.Addrs() {
-				services[a] = "the service of custom work type " + name
-			}
-		}
-	}
-	e.http.ProtectServices(services)
+	e.http.ProtectServices(e.services)
 }
 
 // newRegistry returns a registry of the built-in types work-types lists

@@ -394,6 +394,11 @@ custom-types:
 	if r := runCLI(t, bin, nil, "config", "validate", "--config", good); r.code != 0 {
 		t.Fatalf("the issue's block: exit %d\nstdout %s\nstderr %s", r.code, r.stdout, r.stderr)
 	}
+	// Headers (and env) carry credentials: config print hides them.
+	if r := runCLI(t, bin, nil, "config", "print", "--config", good); r.code != 0 || strings.Contains(r.stdout, "Bearer") ||
+		!strings.Contains(r.stdout, "custom-types.enrich.headers") {
+		t.Fatalf("config print: exit %d, want the headers hidden\n%s", r.code, r.stdout)
+	}
 	bad := writeCustomConfig(t, "bad", `work-types: [echo, upper, nowhere]
 custom-types:
   upper:

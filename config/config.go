@@ -24,6 +24,75 @@ type Config struct {
 
 	// WorkTypeDefaults holds per-work-type overrides, keyed by work type.
 	WorkTypeDefaults map[string]WorkTypeConfig `koanf:"work-type-defaults"`
+
+	// Limits bounds what one request carries: its payload and its result.
+	Limits LimitsConfig `koanf:",squash"`
+
+	// CustomTypes declares the operator's own work types, keyed by work
+	// type: each is backed by a command or by a local HTTP service.
+	CustomTypes map[string]CustomTypeConfig `koanf:"custom-types"`
+}
+
+// Bounds of the payload and result limits.
+const (
+	// DefaultMaxPayload is the default of max-payload and max-result: 1 MiB.
+	DefaultMaxPayload = 1 << 20
+	// MaxMaxPayload is the largest max-payload or max-result: 64 MiB.
+	MaxMaxPayload = 64 << 20
+)
+
+// LimitsConfig bounds what one request carries. Both limits are of the raw
+// bytes: a binary result is not refused because an encoding of it (the
+// http type's base64, say) is larger.
+type LimitsConfig struct {
+	// MaxPayload bounds a request's payload, in bytes.
+	MaxPayload int `koanf:"max-payload"`
+	// MaxResult bounds a result (a work type's output, an http body), in
+	// bytes.
+	MaxResult int `koanf:"max-result"`
+}
+
+// CustomTypeConfig declares one work type of the operator's own: a
+// command (payload on stdin, result from stdout) or a local service (the
+// payload POSTed to url, the response body the result). Exactly one of
+// Command and URL is set.
+type CustomTypeConfig struct {
+	// Command is the program and its arguments, as a list; it runs
+	// without a shell, so the payload never becomes part of a command line.
+	Command []string `koanf:"command"`
+	// Env is the command's environment: it starts empty, and holds only
+	// what is listed here.
+	Env map[string]string `koanf:"env"`
+	// Dir is the command's working directory; empty means the node's.
+	Dir string `koanf:"dir"`
+	// RetryableExitCode is the exit code that means "try again, maybe on
+	// another worker"; 0 means the default, 75 (EX_TEMPFAIL).
+	RetryableExitCode int `koanf:"retryable-exit-code"`
+	// URL is the local service's endpoint, http or https; the payload is
+	// POSTed to it. It is the operator's own, not subject to http-allow.
+	URL string `koanf:"url"`
+	// Headers are sent with every POST to URL.
+	Headers map[string]string `koanf:"headers"`
+	// HealthURL, when set, is polled with GET every HealthInterval; while
+	// it does not answer 2xx the node withdraws this work type.
+	HealthURL string `koanf:"health-url"`
+	// HealthInterval is the time between two polls of HealthURL; 0 means
+	// the default, 2s.
+	HealthInterval time.Duration `koanf:"health-interval"`
+	// Timeout bounds one run; the request's deadline cuts it shorter. 0
+	// means the default, 30s.
+	Timeout time.Duration `koanf:"timeout"`
+	// MaxOutput bounds the result, in bytes: a run whose output is longer
+	// fails (it is not cut short). 0 means the payload limit.
+	MaxOutput int `koanf:"max-output"`
+	// Concurrency bounds the runs of this type at once; over it the worker
+	// answers busy. 0 means no bound of its own (local-concurrency holds).
+	Concurrency int `koanf:"concurrency"`
+	// Idempotent means a run may be repeated, on several workers at once,
+	// without harm: only then is the work hedged.
+	Idempotent bool `koanf:"idempotent"`
+	// Deterministic means the same payload always gives the same result.
+	Deterministic bool `koanf:"deterministic"`
 }
 
 // NodeConfig says how a node joins its network and what it offers.
@@ -374,6 +443,7 @@ func Defaults() Config {
 			PeerBurst:      100,
 		},
 		HTTP:    HTTPConfig{MaxBody: 1 << 20},
+		Limits:  LimitsConfig{MaxPayload: DefaultMaxPayload, MaxResult: DefaultMaxPayload},
 		JSONRPC: JSONRPCConfig{HeadInterval: 2 * time.Second},
 	}
 }

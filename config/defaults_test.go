@@ -90,13 +90,16 @@ var pinnedDefaults = map[string]any{
 
 	"label-balancing":    (*LabelBalancingConfig)(nil),
 	"work-type-defaults": map[string]WorkTypeConfig(nil),
+	"custom-types":       map[string]CustomTypeConfig(nil),
+	"max-payload":        1 << 20,
+	"max-result":         1 << 20,
 }
 
 // pinnedFields is the number of fields of every struct type reachable from
 // Config. A new field fails this test until its default is pinned above (or,
 // for a block that is off by default, below) and its bound is validated.
 var pinnedFields = map[string]int{
-	"Config":               13,
+	"Config":               15,
 	"AccessConfig":         6,
 	"FaultConfig":          3,
 	"HTTPConfig":           2,
@@ -110,6 +113,8 @@ var pinnedFields = map[string]int{
 	"HedgeConfig":          2,
 	"LabelBalancingConfig": 3,
 	"WorkTypeConfig":       1,
+	"CustomTypeConfig":     13,
+	"LimitsConfig":         2,
 }
 
 func TestDefaults_Unchanged(t *testing.T) {

@@ -50,6 +50,8 @@ var help = map[string]string{
 	"retry-budget-ratio":          "share of the requests in the retry-budget-window that may be retried (0 to 1)",
 	"retry-budget-min-per-second": "retries per second allowed whatever retry-budget-ratio says, so that a quiet node still retries",
 	"admission-queue-size":        "maximum requests waiting at this node while every worker is busy; each leaves (503) when its deadline can no longer be met",
+	"max-payload":                 "largest payload a request may carry, in bytes (1 to 64 MiB)",
+	"max-result":                  "largest result a worker returns, in raw bytes (1 to 64 MiB; an encoding such as base64 is not counted)",
 
 	"selection-mode": "how candidates are ordered: rating, round-robin or random",
 
@@ -141,6 +143,7 @@ var group = map[string]string{
 	"local-concurrency": "work", "hedge-delay": "work", "hedge-max-count": "work",
 	"retry-budget-window": "work", "retry-budget-ratio": "work", "retry-budget-min-per-second": "work",
 	"admission-queue-size": "work",
+	"max-payload":          "work", "max-result": "work",
 
 	"selection-mode": "selection", "rating-window": "selection", "rating-min-samples": "selection",
 	"rating-spread": "selection", "rating-latency-weight": "selection", "rating-error-weight": "selection",
@@ -199,9 +202,10 @@ const (
 	kindInt
 	kindFloat
 	kindDuration
-	kindStrings  // []string; comma-separated in the environment
-	kindBlock    // pointer to a struct: a nested block such as label-balancing
-	kindBlockMap // map from a name to a struct: file-only, such as work-type-defaults
+	kindStrings   // []string; comma-separated in the environment
+	kindBlock     // pointer to a struct: a nested block such as label-balancing
+	kindBlockMap  // map from a name to a struct: file-only, such as work-type-defaults
+	kindStringMap // map from a name to a string: file-only, inside a block map (custom-types headers, env)
 )
 
 var durationType = reflect.TypeFor[time.Duration]()
@@ -224,6 +228,8 @@ func kindOf(t reflect.Type) (kind, bool) {
 		return kindBlock, true
 	case t.Kind() == reflect.Map && t.Key().Kind() == reflect.String && t.Elem().Kind() == reflect.Struct:
 		return kindBlockMap, true
+	case t.Kind() == reflect.Map && t.Key().Kind() == reflect.String && t.Elem().Kind() == reflect.String:
+		return kindStringMap, true
 	}
 	return 0, false
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -17,7 +18,7 @@ import (
 // canonical returns the value of leaf field v in its canonical type; ok is
 // false for a nil pointer or a nil slice, which stay unset.
 func canonical(k kind, v reflect.Value) (val any, ok bool) {
-	if v.Kind() == reflect.Pointer || v.Kind() == reflect.Slice {
+	if v.Kind() == reflect.Pointer || v.Kind() == reflect.Slice || v.Kind() == reflect.Map {
 		if v.IsNil() {
 			return nil, false
 		}
@@ -39,6 +40,12 @@ func canonical(k kind, v reflect.Value) (val any, ok bool) {
 			out[i] = v.Index(i).String()
 		}
 		return out, true
+	case kindStringMap:
+		out := make(map[string]string, v.Len())
+		for _, k := range v.MapKeys() {
+			out[k.String()] = v.MapIndex(k).String()
+		}
+		return out, true
 	}
 	return nil, false
 }
@@ -49,6 +56,8 @@ func canonical(k kind, v reflect.Value) (val any, ok bool) {
 // and what was found, without the key; the caller adds where.
 func coerce(k kind, v any) (any, error) {
 	switch k {
+	case kindStringMap:
+		return coerceStringMap(v)
 	case kindString:
 		if s, ok := v.(string); ok {
 			return s, nil
@@ -176,6 +185,16 @@ func format(k kind, v reflect.Value) string {
 	switch x := val.(type) {
 	case []string:
 		return strings.Join(x, ",")
+	case map[string]string:
+		keys := make([]string, 0, len(x))
+		for k := range x {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for i, k := range keys {
+			keys[i] = k + "=" + x[k]
+		}
+		return strings.Join(keys, ",")
 	case float64:
 		return strconv.FormatFloat(x, 'g', -1, 64)
 	default:
@@ -223,4 +242,26 @@ func describe(v any) string {
 	default:
 		return fmt.Sprintf("%T", v)
 	}
+}
+
+// coerceStringMap checks a mapping of names to text (a custom type's
+// headers or env): every value must be a string, a number or a boolean,
+// taken as its text.
+func coerceStringMap(v any) (any, error) {
+	m, ok := v.(map[string]any)
+	if !ok {
+		return nil, want("a mapping of names to strings", v)
+	}
+	out := make(map[string]string, len(m))
+	for name, val := range m {
+		switch x := val.(type) {
+		case string:
+			out[name] = x
+		case bool, int, int64, uint64, float64:
+			out[name] = fmt.Sprint(x)
+		default:
+			return nil, fmt.Errorf("%s: want a string, got %s", name, describe(val))
+		}
+	}
+	return out, nil
 }

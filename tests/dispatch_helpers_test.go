@@ -20,6 +20,7 @@ import (
 	"github.com/workmesh/workmesh/workers/jsonrpc"
 	"github.com/workmesh/workmesh/workers/pool"
 	"github.com/workmesh/workmesh/workers/protocol"
+	wstack "github.com/workmesh/workmesh/workers/stack"
 )
 
 // member is one full workmesh stack in the test process: node, local
@@ -179,7 +180,15 @@ func startMember(t testing.TB, hits *hitCounter, spec memberSpec, boot *member) 
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	m := &member{name: spec.name, node: n, pool: local, server: server, disp: disp, cancel: cancel, done: make(chan struct{}), hits: hits}
-	go func() { defer close(m.done); _ = disp.Run(ctx) }()
+	// The advertised work types follow their health, as node start's do.
+	types := wstack.NewTypeHealth(reg, n.SetWorkTypes, testLogger())
+	go func() {
+		defer close(m.done)
+		var wg sync.WaitGroup
+		wg.Go(func() { types.Run(ctx) })
+		_ = disp.Run(ctx)
+		wg.Wait()
+	}()
 	t.Cleanup(m.stop)
 	return m
 }

@@ -51,6 +51,8 @@ type chainUpstream struct {
 	// good poll).
 	// 500 (an upstream that turned grey: its node's health pings fail).
 	greyPolls atomic.Bool
+	// downPolls: while set, every head poll fails with HTTP 500.
+	downPolls atomic.Bool
 	headPolls atomic.Int64
 	greyMu    sync.Mutex
 	greyRand  *rand.Rand
@@ -105,7 +107,7 @@ func (u *chainUpstream) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	case "eth_blockNumber":
 		u.polls.Add(1)
-		if u.headPolls.Add(1); u.greyPolls.Load() && u.greyDraw() < 2.0/3 {
+		if u.headPolls.Add(1); u.downPolls.Load() || u.greyPolls.Load() && u.greyDraw() < 2.0/3 {
 			http.Error(w, "upstream overloaded", http.StatusInternalServerError)
 			return
 		}

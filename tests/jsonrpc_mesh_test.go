@@ -9,8 +9,11 @@ import (
 	"time"
 
 	"github.com/workmesh/workmesh/config"
+	"github.com/workmesh/workmesh/node/apiv1"
 	"github.com/workmesh/workmesh/selection"
 	"github.com/workmesh/workmesh/tests/testkit"
+	"github.com/workmesh/workmesh/workers"
+	"github.com/workmesh/workmesh/workers/dispatch"
 	"github.com/workmesh/workmesh/workers/jsonrpc"
 )
 
@@ -172,34 +175,45 @@ func TestJSONRPC_GreyUpstreamStopsGettingWork(t *testing.T) {
 	t.Logf("grey upstream: %d hits in total, %d after the first %d requests", grey.relayed.Load(), hits.get("grey"), warmup)
 }
 
-// An upstream that turns grey (two in three of its head polls fail, at
-// random) makes its node fail its health pings, so the gateway's
-// liveness marks that node unreachable, and no request reaches it while it
-// is out: the seed's polling rule, with the poll answered by the worker.
-func TestJSONRPC_GreyUpstreamEjectedByLiveness(t *testing.T) {
+// An upstream whose head polls fail takes the jsonrpc type out of its
+// node's record, not the node: health is per work type. The node answers
+// its health pings, so the gateway's liveness (which would eject a node
+// after three failed pings) keeps it alive, and it goes on serving its
+// other type; no RPC request reaches its upstream while the type is out,
+// and the type is advertised again once the upstream answers.
+func TestJSONRPC_DownUpstreamWithdrawsOnlyItsType(t *testing.T) {
 	hits := newHitCounter()
 	const poll, threshold = 100 * time.Millisecond, 3
 	gwCfg := ejectingGateway(poll, threshold, func(c *config.Config) { c.Worker.MaxRetries = 1 })
 	gw := startMember(t, hits, memberSpec{name: "gateway", cfg: gwCfg}, nil)
 	good := newChainUpstream(t, "good", hits, nil)
-	grey := newChainUpstream(t, "grey", hits, nil)
+	down := newChainUpstream(t, "down", hits, nil)
 	startMember(t, hits, jsonrpcSpec(t, "good", nil, good, nil), gw)
-	greyNode := startMember(t, hits, jsonrpcSpec(t, "grey", nil, grey, nil), gw)
+	spec := jsonrpcSpec(t, "down", nil, down, nil)
+	spec.handlers["echo"] = workers.HandlerFunc(func(_ context.Context, p []byte) workers.Result { return workers.OK(p) })
+	downNode := startMember(t, hits, spec, gw)
 	waitRanked(t, gw, jsonrpc.Type, 2)
 	live := gw.disp.Selector().Liveness()
-	id := string(greyNode.node.ID())
-	if st := live.State(id); st != selection.StateAlive {
-		t.Fatalf("the grey node is %s before its upstream turned grey", st)
+	id := downNode.node.ID()
+	advertises := func(workType string, want bool) func() error {
+		return func() error {
+			rec, ok := gw.node.Peers().Get(id)
+			if !ok {
+				return errors.New("not in the gateway's peer table")
+			}
+			if rec.Data.Serves(workType) != want {
+				return fmt.Errorf("its record serves %s: %v (%+v)", workType, !want, rec.Data.WorkTypes)
+			}
+			return nil
+		}
 	}
 
-	grey.greyPolls.Store(true)
-	took := testkit.WaitFor(t, 60*poll, "the grey node unreachable after its upstream turned grey", func() error {
-		if st := live.State(id); st != selection.StateUnreachable {
-			return fmt.Errorf("still %s (%d head polls)", st, grey.headPolls.Load())
-		}
-		return nil
-	})
-	t.Logf("the grey node was unreachable %s after its upstream turned grey", took.Round(time.Millisecond))
+	down.downPolls.Store(true)
+	took := testkit.WaitFor(t, 60*poll, "the node withdraws jsonrpc after its upstream went down", advertises(jsonrpc.Type, false), gw.node.Peers().Changed)
+	t.Logf("jsonrpc withdrawn %s after the upstream went down", took.Round(time.Millisecond))
+	if err := advertises("echo", true)(); err != nil {
+		t.Fatalf("the node's other type: %v", err)
+	}
 
 	url := rpcEndpointOf(t, gw)
 	hits.reset()
@@ -208,13 +222,26 @@ func TestJSONRPC_GreyUpstreamEjectedByLiveness(t *testing.T) {
 		if r := rpcOne(t, url, req(i, "eth_getBalance", "0xaa", "latest")); r.Error != nil {
 			t.Fatalf("request %d: %s", i, r)
 		}
+		if i%10 == 0 {
+			res := gw.submit(t, dispatch.WorkRequest{ID: fmt.Sprintf("echo-%d", i), Type: "echo", Payload: []byte("still here")})
+			if res.Status != apiv1.StatusOK || res.Worker != id.String() || string(res.Output) != "still here" {
+				t.Fatalf("echo on the node whose jsonrpc is out: %+v", res)
+			}
+		}
 	}
-	if got := hits.get("grey"); got != 0 {
-		t.Fatalf("the unreachable grey node's upstream got %d of %d requests", got, n)
+	if got := hits.get("down"); got != 0 {
+		t.Fatalf("the down upstream got %d of %d requests while its type was out", got, n)
 	}
 	if got := hits.get("good"); got != n {
 		t.Fatalf("the good upstream served %d of %d", got, n)
 	}
+	// Long past three poll periods: liveness still has the node.
+	if st := live.State(string(id)); st != selection.StateAlive {
+		t.Fatalf("the node is %s: a type that is out took the whole node out", st)
+	}
+
+	down.downPolls.Store(false)
+	testkit.WaitFor(t, 60*poll, "jsonrpc advertised again once the upstream answers", advertises(jsonrpc.Type, true), gw.node.Peers().Changed)
 }
 
 // With hedging on, a read stuck on a slow worker is sent to a second one

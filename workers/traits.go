@@ -56,3 +56,13 @@ func (c Catalog) Add(reg *Registry) {
 type HealthChecker interface {
 	Healthy() error
 }
+
+// TypeHealthReporter is implemented by a handler whose work type can be
+// out while the rest of the worker works: a local service whose health
+// URL fails, a JSON-RPC upstream that stopped answering. While TypeHealth
+// returns an error the node withdraws that work type alone from what it
+// advertises (and the handler refuses its work); the node's other types
+// and its health pings are not affected. It must be quick.
+type TypeHealthReporter interface {
+	TypeHealth() error
+}

@@ -166,7 +166,9 @@ func newConfigPrintCommand() *cobra.Command {
 
 // secret reports whether a setting's value must not be printed.
 func secret(key string) bool {
-	return strings.Contains(key, "token") || strings.Contains(key, "secret") || strings.Contains(key, "password")
+	return strings.Contains(key, "token") || strings.Contains(key, "secret") || strings.Contains(key, "password") ||
+		// A custom type's headers and env carry credentials.
+		strings.HasPrefix(key, "custom-types.") && (strings.HasSuffix(key, ".headers") || strings.HasSuffix(key, ".env"))
 }
 
 // printSettings prints KEY VALUE SOURCE, one setting a line.

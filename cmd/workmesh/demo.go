@@ -27,7 +27,7 @@ type demo struct {
 
 // runDemo runs the tour on a ready devnet.
 func runDemo(ctx context.Context, dn *devnet, w io.Writer) error {
-	d := &demo{dn: dn, w: w, api: dn.gateway().stack.node.APIAddr()}
+	d := &demo{dn: dn, w: w, api: dn.gateway().stack.Node().APIAddr()}
 	d.section("1. Sample work. node0 takes it on its API and sends it to the best remote worker: label\n" +
 		"   balancing puts peers labelled full first, then archive, then the unlabelled, and rating orders\n" +
 		"   each group.")
@@ -129,7 +129,7 @@ func (d *demo) submit(ctx context.Context, workType, payload string, timeout tim
 // ranking prints the gateway's current order for a work type.
 func (d *demo) ranking(workType string) {
 	var parts []string
-	for _, r := range d.dn.gateway().stack.disp.Ranking(workType) {
+	for _, r := range d.dn.gateway().stack.Dispatcher().Ranking(workType) {
 		g := r.Group
 		if g == "" {
 			g = "unlabelled"
@@ -149,7 +149,7 @@ func (d *demo) waitEjected(ctx context.Context, n *devnetNode, since time.Time) 
 	defer tick.Stop()
 	for {
 		state := "alive"
-		for _, r := range d.dn.gateway().stack.disp.Ranking("sha256") {
+		for _, r := range d.dn.gateway().stack.Dispatcher().Ranking("sha256") {
 			if d.dn.name(r.Peer) == n.name {
 				state = r.State
 			}

@@ -101,7 +101,7 @@ func newDevnetCommand() *cobra.Command {
 			if o.demo {
 				return runDemo(ctx, dn, out)
 			}
-			api := dn.gateway().stack.node.APIAddr()
+			api := dn.gateway().stack.Node().APIAddr()
 			apiFlag := ""
 			if api != config.Defaults().Node.API {
 				apiFlag = " --api " + api
@@ -196,7 +196,7 @@ func startDevnet(ctx context.Context, o devnetOptions, log *logrus.Logger) (*dev
 		} else {
 			role := devnetRoles[(i-1)%len(devnetRoles)]
 			n.labels, n.types = role.labels, role.types
-			for _, a := range dn.nodes[0].stack.node.Addrs() {
+			for _, a := range dn.nodes[0].stack.Node().Addrs() {
 				bootstrap = append(bootstrap, a.String())
 			}
 		}
@@ -211,7 +211,7 @@ func startDevnet(ctx context.Context, o devnetOptions, log *logrus.Logger) (*dev
 			}
 			return fail(fmt.Errorf("devnet: start %s: %w", n.name, err))
 		}
-		n.stack, n.pid, n.peerID, n.types = s, s.node.ID(), s.node.ID().String(), s.cfg.Node.WorkTypes
+		n.stack, n.pid, n.peerID, n.types = s, s.Node().ID(), s.Node().ID().String(), s.Config().Node.WorkTypes
 		dn.mu.Lock()
 		dn.nodes = append(dn.nodes, n)
 		dn.mu.Unlock()
@@ -261,12 +261,12 @@ func (dn *devnet) printNodes(w io.Writer) {
 	for i, n := range dn.nodes {
 		role := "worker"
 		if i == 0 {
-			role = "gateway, api " + n.stack.node.APIAddr()
+			role = "gateway, api " + n.stack.Node().APIAddr()
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", n.name, n.peerID, dash(strings.Join(n.labels, ",")), strings.Join(n.types, ","), role)
 	}
 	tw.Flush()
-	fmt.Fprintf(w, "api: %s\n", dn.gateway().stack.node.APIAddr())
+	fmt.Fprintf(w, "api: %s\n", dn.gateway().stack.Node().APIAddr())
 }
 
 // waitReady waits until every running node has every other one in its
@@ -296,12 +296,12 @@ func (dn *devnet) waitReady(ctx context.Context) error {
 func (dn *devnet) notReady() string {
 	nodes := dn.running()
 	for _, n := range nodes {
-		if got := n.stack.node.Peers().Len(); got < len(nodes)-1 {
+		if got := n.stack.Node().Peers().Len(); got < len(nodes)-1 {
 			return fmt.Sprintf("%s sees %d of %d peers", n.name, got, len(nodes)-1)
 		}
 	}
 	gw := dn.gateway().stack
-	for _, t := range gw.reg.Names() {
+	for _, t := range gw.Registry().Names() {
 		want := 0
 		for _, n := range nodes[1:] {
 			if slices.Contains(n.types, t) {
@@ -310,7 +310,7 @@ func (dn *devnet) notReady() string {
 		}
 		// Alive: a worker newly learned is selected once it answered a poll.
 		got := 0
-		for _, r := range gw.disp.Ranking(t) {
+		for _, r := range gw.Dispatcher().Ranking(t) {
 			if r.State == "alive" {
 				got++
 			}
@@ -336,7 +336,7 @@ func (dn *devnet) stop(i int) (*devnetNode, error) {
 	if s == nil {
 		return n, fmt.Errorf("%s is already stopped", n.name)
 	}
-	return n, s.closeWithin(shutdownTimeout)
+	return n, s.CloseWithin(shutdownTimeout)
 }
 
 // serveStop is POST /v1/devnet/stop?node=N (or ?peer=ID): it stops a
@@ -393,7 +393,7 @@ func (dn *devnet) Close() error {
 	errs := make([]error, len(stacks))
 	var wg sync.WaitGroup
 	for i, s := range stacks {
-		wg.Go(func() { errs[i] = s.closeWithin(shutdownTimeout) })
+		wg.Go(func() { errs[i] = s.CloseWithin(shutdownTimeout) })
 	}
 	wg.Wait()
 	if err := os.RemoveAll(dn.dir); err != nil {

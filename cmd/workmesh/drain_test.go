@@ -48,10 +48,10 @@ func TestStackDrainServesThroughTheGrace(t *testing.T) {
 	defer cancel()
 	s, cfg := startTestStack(t, ctx, "echo")
 	p, _ := startTestStack(t, ctx, "echo")
-	if err := p.node.Host().Connect(ctx, peer.AddrInfo{ID: s.node.ID(), Addrs: s.node.Host().Addrs()}); err != nil {
+	if err := p.Node().Host().Connect(ctx, peer.AddrInfo{ID: s.Node().ID(), Addrs: s.Node().Host().Addrs()}); err != nil {
 		t.Fatal(err)
 	}
-	client, err := protocol.NewClient(p.node.Host(), cfg.Node.Network)
+	client, err := protocol.NewClient(p.Node().Host(), cfg.Node.Network)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,20 +59,20 @@ func TestStackDrainServesThroughTheGrace(t *testing.T) {
 	start := time.Now()
 	drained := make(chan time.Duration, 1)
 	go func() {
-		s.drain(10 * time.Second)
+		s.Drain(10 * time.Second)
 		drained <- time.Since(start)
 		s.Close() // as node start does
 	}()
 	// At once, the record advertises no work type and the node's own API
 	// refuses work (neither has an event of its own to wait on).
-	for len(s.node.NodeData().Data.WorkTypes) != 0 || s.dispatch(ctx, dispatch.WorkRequest{Type: "echo", Payload: []byte("x")}).Error != workers.ErrShuttingDown {
+	for len(s.Node().NodeData().Data.WorkTypes) != 0 || s.Dispatch(ctx, dispatch.WorkRequest{Type: "echo", Payload: []byte("x")}).Error != workers.ErrShuttingDown {
 		select {
 		case took := <-drained:
 			t.Fatalf("drain returned after %s with work types advertised or API work taken", took)
 		case <-time.After(time.Millisecond):
 		}
 	}
-	resp, err := client.Do(ctx, s.node.ID(), protocol.Request{ID: "late", Type: "echo", Payload: []byte("late"), Timeout: 5 * time.Second})
+	resp, err := client.Do(ctx, s.Node().ID(), protocol.Request{ID: "late", Type: "echo", Payload: []byte("late"), Timeout: 5 * time.Second})
 	if err != nil || resp.Outcome != workers.Success || string(resp.Output) != "late" {
 		t.Errorf("a peer's request during the grace: %+v %v, want it served", resp, err)
 	}
@@ -90,17 +90,16 @@ func TestStackStopSaysWhyItCutARequest(t *testing.T) {
 	s, _ := startTestStack(t, ctx, "sleep")
 	res := make(chan dispatch.WorkResult, 1)
 	go func() {
-		res <- s.dispatch(ctx, dispatch.WorkRequest{Type: "sleep", Payload: []byte("20s"), Timeout: 25 * time.Second})
+		res <- s.Dispatch(ctx, dispatch.WorkRequest{Type: "sleep", Payload: []byte("20s"), Timeout: 25 * time.Second})
 	}()
 	// The dispatch has no event of its own: poll for it.
 	testkit.WaitFor(t, 10*time.Second, "the sleep request in flight", func() error {
-		if s.disp.InFlight() == 0 {
+		if s.Dispatcher().InFlight() == 0 {
 			return errors.New("no request in flight")
 		}
 		return nil
 	})
-	s.cfg.Node.DrainTimeout = 50 * time.Millisecond
-	s.drain(s.cfg.Node.DrainTimeout)
+	s.Drain(50 * time.Millisecond)
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}

@@ -71,7 +71,7 @@ func newNodeStartCommand() *cobra.Command {
 			if _, err := node.ParseListen(cfg.Node.Listen); err != nil {
 				return usageError{err}
 			}
-			if _, err := builtin.NewRegistry(builtinTypes(cfg.Node.WorkTypes)...); err != nil {
+			if _, err := builtin.NewRegistry(builtinTypes(cfg.Node.WorkTypes, cfg.CustomTypes)...); err != nil {
 				return usageError{fmt.Errorf("--work-types: %w", err)}
 			}
 			log, err := newLogger(cfg.Node.LogLevel, cfg.Node.LogFormat)
@@ -90,9 +90,9 @@ func newNodeStartCommand() *cobra.Command {
 				return err
 			}
 			if cfg.Node.LogFormat == "json" {
-				logStartup(log, s.node)
+				logStartup(log, s.Node())
 			} else {
-				printStartup(cmd.OutOrStdout(), s.node)
+				printStartup(cmd.OutOrStdout(), s.Node())
 			}
 
 			<-ctx.Done()
@@ -100,8 +100,8 @@ func newNodeStartCommand() *cobra.Command {
 			// once, the default action.
 			stop()
 			log.Info("shutting down")
-			s.drain(cfg.Node.DrainTimeout)
-			return s.closeWithin(shutdownTimeout)
+			s.Drain(cfg.Node.DrainTimeout)
+			return s.CloseWithin(shutdownTimeout)
 		},
 	}
 	config.BindFlags(cmd.Flags())

@@ -34,7 +34,7 @@ const submitSlack = 5 * time.Second
 
 // maxSubmitResponse bounds the API answer `workmesh submit` reads: a result
 // of the largest payload in base64, plus the attempts.
-const maxSubmitResponse = 4 * workers.DefaultMaxPayload
+var maxSubmitResponse = int64(2 * workers.WireLimit(config.MaxMaxPayload, config.MaxMaxPayload))
 
 // Exit codes of `workmesh submit`, by how the work ended.
 const (
@@ -205,7 +205,7 @@ func runSubmit(ctx context.Context, o submitOptions, stdin io.Reader, stdout, st
 // readPayload returns the payload from --payload, --payload-file or stdin,
 // at most what one request may carry.
 func readPayload(o submitOptions, stdin io.Reader, stderr io.Writer) ([]byte, error) {
-	limit := int64(workers.DefaultMaxPayload)
+	limit := int64(config.MaxMaxPayload) // the node refuses what is over its own max-payload
 	switch {
 	case o.payload != "" && o.payloadFile != "":
 		return nil, usageError{errors.New("--payload and --payload-file: give one, not both")}
@@ -333,13 +333,32 @@ func outcomeError(workType string, r apiv1.WorkResponse) error {
 	case apiv1.StatusOK, apiv1.StatusEmpty:
 		return nil
 	case apiv1.StatusFailed:
-		return exitError{exitFailed, fmt.Errorf("%s work failed: %s", workType, why)}
+		return exitError{exitFailed, fmt.Errorf("%s work failed: %s%s", workType, why, detailText(r.FailureDetail))}
 	case apiv1.StatusUnavailable:
 		return exitError{exitUnavailable, fmt.Errorf("%s work unavailable: %s", workType, why)}
 	case apiv1.StatusTimeout:
 		return exitError{exitTimeout, fmt.Errorf("%s work timed out: %s", workType, why)}
 	}
 	return exitError{exitFailed, fmt.Errorf("%s work: unknown status %q: %s", workType, r.Status, why)}
+}
+
+// detailText is a failed custom run's exit code or HTTP status and its
+// stderr or body, on lines of their own after the error, or "".
+func detailText(d apiv1.FailureDetail) string {
+	var b strings.Builder
+	if d.ExitCode != nil {
+		fmt.Fprintf(&b, "\nexit code: %d", *d.ExitCode)
+	}
+	if d.HTTPStatus != 0 {
+		fmt.Fprintf(&b, "\nhttp status: %d", d.HTTPStatus)
+	}
+	if d.Stderr != "" {
+		b.WriteString("\nstderr:\n" + d.Stderr)
+	}
+	if d.HTTPBody != "" {
+		b.WriteString("\nbody:\n" + d.HTTPBody)
+	}
+	return b.String()
 }
 
 // summarize says in one line how a request ended: status, worker, every

@@ -143,6 +143,25 @@ type WorkResponse struct {
 	// BusyRefusals counts the busy answers of the rounds before the last
 	// one, which Attempts leaves out (it lists every other attempt).
 	BusyRefusals int `json:"busy_refusals,omitempty"`
+	// The detail of a failed run of a custom work type, next to Error.
+	FailureDetail
+}
+
+// FailureDetail is what a failed run of a custom work type adds to its
+// error: the exit code and the end of stderr of a command, or the HTTP
+// status and the start of the body of a local service (each text at most
+// 2048 bytes).
+type FailureDetail struct {
+	// ExitCode is the command's exit code.
+	ExitCode *int `json:"exit_code,omitempty"`
+	// Stderr is the last lines of the command's standard error.
+	Stderr string `json:"stderr,omitempty"`
+	// HTTPStatus is the local service's HTTP status.
+	HTTPStatus int `json:"http_status,omitempty"`
+	// HTTPBody is the start of the local service's response body.
+	HTTPBody string `json:"http_body,omitempty"`
+	// RetryAfterMS is the wait a busy service asked for, in milliseconds.
+	RetryAfterMS float64 `json:"retry_after_ms,omitempty"`
 }
 
 // Output returns the result's bytes, whichever field carries them.

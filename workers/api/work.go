@@ -218,6 +218,9 @@ func responseOf(res dispatch.WorkResult) apiv1.WorkResponse {
 	if out.Attempts == nil {
 		out.Attempts = []apiv1.Attempt{}
 	}
+	if d := res.Detail; d != nil && res.Status != apiv1.StatusOK {
+		out.FailureDetail = detailOf(d)
+	}
 	if res.Status == apiv1.StatusOK {
 		if utf8.Valid(res.Output) {
 			s := string(res.Output)
@@ -343,4 +346,14 @@ func (a *Work) writeJSON(w http.ResponseWriter, code int, v any) {
 	if err := httpapi.WriteJSON(w, code, v); err != nil {
 		a.cfg.log.Debugf("work API: write response: %v", err)
 	}
+}
+
+// detailOf is the API form of a failure's detail.
+func detailOf(d *workers.Detail) apiv1.FailureDetail {
+	f := apiv1.FailureDetail{Stderr: d.Stderr, HTTPStatus: d.HTTPStatus, HTTPBody: d.Body, RetryAfterMS: apiv1.Millis(d.RetryAfter)}
+	if d.HasExitCode {
+		code := d.ExitCode
+		f.ExitCode = &code
+	}
+	return f
 }

@@ -80,6 +80,10 @@ type WorkResult struct {
 	// blocked: no worker decided the request and the ones that could run
 	// it answered busy; the request may wait in the admission queue.
 	blocked bool
+
+	// Detail is the deciding failure's exit code, stderr, HTTP status or
+	// body (custom work types); nil when it has none.
+	Detail *workers.Detail
 }
 
 // Dispatcher sends submitted requests to the best remote worker, chosen by
@@ -178,7 +182,7 @@ func New(cfg config.Config, n *node.Node, local *pool.Pool, opts ...Option) (*Di
 	if err != nil {
 		return nil, fmt.Errorf("dispatcher: %w", err)
 	}
-	client, err := protocol.NewClient(n.Host(), n.Network())
+	client, err := protocol.NewClient(n.Host(), n.Network(), protocol.WithMaxPayload(workers.WireLimit(cfg.Limits.MaxPayload, cfg.Limits.MaxResult)))
 	if err != nil {
 		return nil, fmt.Errorf("dispatcher: %w", err)
 	}
@@ -330,7 +334,7 @@ func (d *Dispatcher) fallback(ctx context.Context, req WorkRequest, plan *select
 		case ctx.Err() != nil:
 			res.cutShort(ctx, req)
 		default:
-			res.Status, res.Error = apiv1.StatusFailed, r.Error
+			res.Status, res.Error, res.Detail = apiv1.StatusFailed, r.Error, workers.DetailOf(r)
 		}
 		return res
 	}

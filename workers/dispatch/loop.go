@@ -298,7 +298,7 @@ func (d *Dispatcher) decided(r attemptResult, res *WorkResult) {
 	case workers.Empty:
 		res.Status = apiv1.StatusEmpty
 	default:
-		res.Status, res.Error = apiv1.StatusFailed, r.resp.Error
+		res.Status, res.Error, res.Detail = apiv1.StatusFailed, r.resp.Error, workers.DetailOf(r.resp.Result)
 	}
 }
 

@@ -34,6 +34,9 @@ func (h *Handler) dial(ctx context.Context, network, addr string) (net.Conn, err
 		return nil, fmt.Errorf("dial %s: port %q: %w", addr, portText, err)
 	}
 	hostAllowed := h.allow.hostAllowed(host, uint16(port))
+	if err := h.services.checkName(host, uint16(port)); err != nil {
+		return nil, err
+	}
 	d := net.Dialer{
 		Timeout:   10 * time.Second,
 		KeepAlive: 30 * time.Second,
@@ -43,6 +46,9 @@ func (h *Handler) dial(ctx context.Context, network, addr string) (net.Conn, err
 				return fmt.Errorf("dial %s: address %q: %w", host, address, err)
 			}
 			if err := h.own.check(ap); err != nil {
+				return err
+			}
+			if err := h.services.checkAddr(ap, &h.own); err != nil {
 				return err
 			}
 			if hostAllowed {
@@ -71,6 +77,9 @@ func (h *Handler) checkLiteral(u *url.URL) error {
 	if err := h.own.check(netip.AddrPortFrom(ip, port)); err != nil {
 		return err
 	}
+	if err := h.services.checkAddr(netip.AddrPortFrom(ip, port), &h.own); err != nil {
+		return err
+	}
 	return h.allow.checkLiteral(u.Hostname(), port)
 }
 
@@ -95,6 +104,81 @@ func urlPort(u *url.URL) uint16 {
 func (h *Handler) ProtectOwnPorts(ports map[uint16]string) {
 	m := maps.Clone(ports)
 	h.own.ports.Store(&m)
+}
+
+// ProtectServices makes the local services of the node's custom work
+// types unfetchable, whatever http-allow says: addrs maps each service's
+// host:port (as its URL names it) to what names it in the refusal. A
+// service on an address of this machine is refused on its port at every
+// address of this machine; one elsewhere at its address, or by its name.
+// Each call replaces the services of the last.
+func (h *Handler) ProtectServices(addrs map[string]string) {
+	m := make(map[string]string, len(addrs))
+	for hp, what := range addrs {
+		host, port, err := net.SplitHostPort(hp)
+		if err != nil {
+			continue
+		}
+		host = strings.ToLower(strings.TrimSuffix(host, "."))
+		if ip, err := netip.ParseAddr(host); err == nil {
+			host = ip.Unmap().WithZone("").String()
+		}
+		m[net.JoinHostPort(host, port)] = what
+	}
+	h.services.addrs.Store(&m)
+}
+
+// services are the custom types' services (ProtectServices).
+type services struct {
+	addrs atomic.Pointer[map[string]string]
+}
+
+func (s *services) refused(target, what string) error {
+	return fmt.Errorf("%s is %s, which the http work type never fetches, whatever http-allow lists: %w",
+		target, what, ErrDestinationRefused)
+}
+
+// checkName refuses a host (as the URL names it) and port that are a
+// service's.
+func (s *services) checkName(host string, port uint16) error {
+	m := s.addrs.Load()
+	if m == nil {
+		return nil
+	}
+	h := strings.ToLower(strings.TrimSuffix(host, "."))
+	if ip, err := netip.ParseAddr(h); err == nil {
+		h = ip.Unmap().WithZone("").String()
+	}
+	hp := net.JoinHostPort(h, strconv.Itoa(int(port)))
+	if what, ok := (*m)[hp]; ok {
+		return s.refused(hp, what)
+	}
+	return nil
+}
+
+// checkAddr refuses the address about to be dialed when it is a
+// service's, or when a service listens on this machine at its port and
+// ap is an address of this machine.
+func (s *services) checkAddr(ap netip.AddrPort, own *ownPorts) error {
+	m := s.addrs.Load()
+	if m == nil {
+		return nil
+	}
+	ip := ap.Addr().Unmap().WithZone("")
+	for hp, what := range *m {
+		host, portText, _ := net.SplitHostPort(hp)
+		if portText != strconv.Itoa(int(ap.Port())) {
+			continue
+		}
+		sip, err := netip.ParseAddr(host)
+		if err != nil {
+			continue // a name: checked by name (checkName)
+		}
+		if sip == ip || own.local(sip) && own.local(ip) {
+			return s.refused(netip.AddrPortFrom(ip, ap.Port()).String(), what)
+		}
+	}
+	return nil
 }
 
 // ownPorts are the node's own ports (ProtectOwnPorts).

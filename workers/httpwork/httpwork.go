@@ -109,8 +109,10 @@ type Handler struct {
 	client    *http.Client
 	allow     httpAllow
 	own       ownPorts
+	services  services
 	maxBody   int
 	maxOutput int
+	maxResult int
 	timeout   time.Duration
 	agent     string
 }
@@ -120,6 +122,7 @@ var _ workers.Handler = (*Handler)(nil)
 type options struct {
 	maxRedirects int
 	maxOutput    int
+	maxResult    int
 	timeout      time.Duration
 	agent        string
 }
@@ -140,15 +143,29 @@ func WithMaxRedirects(n int) Option {
 }
 
 // WithMaxOutput bounds the encoded output, in bytes (default
-// DefaultMaxPayload, what the work protocol carries): a body within
-// http-max-body can still encode larger (base64, JSON escapes), and such a
-// response is refused with a clear error rather than failing on the wire.
+// workers.WireLimit of the default limits, what the work protocol
+// carries): the wire leaves room for a body within max-result to encode
+// larger (base64, JSON escapes); an output past even that is refused with
+// a clear error rather than failing on the wire.
 func WithMaxOutput(n int) Option {
 	return func(o *options) error {
 		if n < 256 {
 			return fmt.Errorf("http work type: max output %d bytes: want at least 256", n)
 		}
 		o.maxOutput = n
+		return nil
+	}
+}
+
+// WithMaxResult bounds a response body, in raw bytes (default
+// workers.DefaultMaxPayload, max-result): a body over it fails clearly.
+// The limit is of the body itself, not of its encoding in the output.
+func WithMaxResult(n int) Option {
+	return func(o *options) error {
+		if n < 1 {
+			return fmt.Errorf("http work type: max result %d bytes: want at least 1", n)
+		}
+		o.maxResult = n
 		return nil
 	}
 }
@@ -181,7 +198,8 @@ func WithUserAgent(ua string) Option {
 // http-max-body). It refuses an http-allow entry that is neither a CIDR,
 // an IP address, a host name nor "*." followed by a domain.
 func New(cfg config.HTTPConfig, opts ...Option) (*Handler, error) {
-	o := options{maxRedirects: DefaultMaxRedirects, maxOutput: workers.DefaultMaxPayload, timeout: DefaultTimeout, agent: "workmesh"}
+	o := options{maxRedirects: DefaultMaxRedirects, maxOutput: workers.WireLimit(workers.DefaultMaxPayload, workers.DefaultMaxPayload),
+		maxResult: workers.DefaultMaxPayload, timeout: DefaultTimeout, agent: "workmesh"}
 	for _, opt := range opts {
 		if err := opt(&o); err != nil {
 			return nil, err
@@ -194,7 +212,7 @@ func New(cfg config.HTTPConfig, opts ...Option) (*Handler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("http work type: %w", err)
 	}
-	h := &Handler{allow: allow, maxBody: cfg.MaxBody, maxOutput: o.maxOutput, timeout: o.timeout, agent: o.agent}
+	h := &Handler{allow: allow, maxBody: cfg.MaxBody, maxOutput: o.maxOutput, maxResult: o.maxResult, timeout: o.timeout, agent: o.agent}
 	transport := &http.Transport{
 		// No proxy, ever: a proxy would dial for us and the address check
 		// below would see only the proxy.
@@ -301,6 +319,10 @@ func (h *Handler) Do(ctx context.Context, payload []byte) workers.Result {
 			}
 			out.Headers[name] = strings.Join(vs, ", ")
 		}
+	}
+	if len(data) > h.maxResult {
+		return workers.Fail(workers.PermanentError, "http: %s: the body of %d bytes is more than the %d a result may carry (max-result; lower http-max-body)",
+			shown, len(data), h.maxResult)
 	}
 	if utf8.Valid(data) {
 		out.Body = string(data)

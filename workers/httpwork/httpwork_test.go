@@ -402,3 +402,72 @@ func TestHTTPHandler_PasswordNotShown(t *testing.T) {
 		t.Fatalf("outcome %s, error %q: want retryable without the password", r.Outcome, r.Error)
 	}
 }
+
+// TestHTTPHandler_CustomServicesRefusedWhateverAllowed: the local
+// services of the node's custom work types are never fetched through the
+// http type, on their address, on another address of this machine at
+// their port, or after a redirect; other loopback ports still are.
+func TestHTTPHandler_CustomServicesRefusedWhateverAllowed(t *testing.T) {
+	svc := newCountingServer(t, func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "the operator's service") })
+	other := newCountingServer(t, func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok") })
+	port := uint16(svc.Listener.Addr().(*net.TCPAddr).Port)
+	redirect := newCountingServer(t, func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, svc.URL+"/enrich", http.StatusFound)
+	})
+	h, err := New(config.HTTPConfig{Allow: []string{"127.0.0.0/8", "::1", "0.0.0.0"}, MaxBody: 1 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	h.ProtectServices(map[string]string{svc.Listener.Addr().String(): "the service of custom work type enrich"})
+	for _, u := range []string{
+		svc.URL + "/enrich",
+		fmt.Sprintf("http://127.0.0.9:%d/enrich", port),
+		fmt.Sprintf("http://0.0.0.0:%d/enrich", port),
+		redirect.URL,
+	} {
+		r := h.Do(context.Background(), []byte(u))
+		if r.Outcome != workers.PermanentError || !strings.Contains(r.Error, "custom work type enrich") || !strings.Contains(r.Error, "destination refused") {
+			t.Errorf("%s: %s %q, want a refusal naming the custom type's service", u, r.Outcome, r.Error)
+		}
+	}
+	if n := svc.hits.Load(); n != 0 {
+		t.Errorf("the service got %d requests through the http type, want 0", n)
+	}
+	if r := h.Do(context.Background(), []byte(other.URL)); r.Outcome != workers.Success {
+		t.Errorf("another loopback port: %s %q, want success", r.Outcome, r.Error)
+	}
+}
+
+// TestHTTPHandler_BinaryBodyNotInflatedPastTheLimit: an 800 KB binary body
+// is within the 1 MiB result limit, so it is served, though its base64
+// in the output is larger than 1 MiB; a body over max-result fails
+// clearly.
+func TestHTTPHandler_BinaryBodyNotInflatedPastTheLimit(t *testing.T) {
+	body := make([]byte, 800_000)
+	for i := range body {
+		body[i] = byte(i*7+i/251) | 0x80 // not UTF-8
+	}
+	srv := newCountingServer(t, func(w http.ResponseWriter, _ *http.Request) { w.Write(body) })
+	h, err := New(config.HTTPConfig{Allow: []string{"127.0.0.1"}, MaxBody: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	r := h.Do(context.Background(), []byte(srv.URL))
+	if r.Outcome != workers.Success {
+		t.Fatalf("800 KB binary body: %s %q, want success", r.Outcome, r.Error)
+	}
+	var resp Response
+	if err := json.Unmarshal(r.Output, &resp); err != nil || len(resp.BodyB64) != len(body) || len(r.Output) <= workers.DefaultMaxPayload {
+		t.Fatalf("output of %d bytes, body %d bytes (%v), want the whole body in base64 past 1 MiB", len(r.Output), len(resp.BodyB64), err)
+	}
+	small, err := New(config.HTTPConfig{Allow: []string{"127.0.0.1"}, MaxBody: 1 << 20}, WithMaxResult(500_000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer small.Close()
+	if r := small.Do(context.Background(), []byte(srv.URL)); r.Outcome != workers.PermanentError || !strings.Contains(r.Error, "max-result") {
+		t.Fatalf("body over max-result: %s %q", r.Outcome, r.Error)
+	}
+}

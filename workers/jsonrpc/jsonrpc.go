@@ -77,16 +77,17 @@ type Relay struct {
 }
 
 var (
-	_ workers.Handler       = (*Relay)(nil)
-	_ workers.HeadReporter  = (*Relay)(nil)
-	_ workers.HealthChecker = (*Relay)(nil)
+	_ workers.Handler            = (*Relay)(nil)
+	_ workers.HeadReporter       = (*Relay)(nil)
+	_ workers.TypeHealthReporter = (*Relay)(nil)
 )
 
-// Healthy reports whether the upstream answered the last head poll. A node
-// whose upstream stopped answering fails its health pings with this error,
-// so peers take it out of their selection (as liveness polls would find a
-// sick RPC node) until its upstream answers again.
-func (j *Relay) Healthy() error {
+// TypeHealth reports whether the upstream answered the last head poll.
+// While it did not, the node withdraws the jsonrpc type alone from what it
+// advertises (and Do refuses its work), so peers stop sending it RPC
+// requests until its upstream answers again; the node's other work types,
+// and its health pings, are not affected.
+func (j *Relay) TypeHealth() error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	return j.headErr
@@ -418,6 +419,9 @@ func (j *Relay) post(ctx context.Context, body []byte) (int, []byte, error) {
 // When the outcome comes from the upstream's JSON-RPC error, the Result's
 // Error is that error object in JSON (see ParseRPCError).
 func (j *Relay) Do(ctx context.Context, payload []byte) workers.Result {
+	if err := j.TypeHealth(); err != nil {
+		return workers.Fail(workers.Unsupported, "jsonrpc is out on this worker: %v", err)
+	}
 	calls, batch, perr := j.parsePayload(payload)
 	if perr != nil {
 		return rpcFail(workers.PermanentError, perr)

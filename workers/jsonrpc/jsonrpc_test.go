@@ -357,8 +357,8 @@ func TestJSONRPC_RunFollowsHead(t *testing.T) {
 	case <-time.After(2 * time.Second):
 		t.Fatal("Run did not return after Close")
 	}
-	if err := j.Healthy(); err != nil {
-		t.Fatalf("Healthy() = %v with an answering upstream", err)
+	if err := j.TypeHealth(); err != nil {
+		t.Fatalf("TypeHealth() = %v with an answering upstream", err)
 	}
 	// A failing upstream keeps the last head, and makes the type unhealthy.
 	f.Close()
@@ -366,8 +366,14 @@ func TestJSONRPC_RunFollowsHead(t *testing.T) {
 	if h, ok := j.Head(); !ok || h != 105 {
 		t.Fatalf("after a failed poll Head() = %d, %v; want the last head 105", h, ok)
 	}
-	if err := j.Healthy(); err == nil || !strings.Contains(err.Error(), "head poll failed (1 in a row)") {
-		t.Fatalf("Healthy() = %v after a failed head poll", err)
+	if err := j.TypeHealth(); err == nil || !strings.Contains(err.Error(), "head poll failed (1 in a row)") {
+		t.Fatalf("TypeHealth() = %v after a failed head poll", err)
+	}
+	// While out, the type refuses its work (the node has withdrawn it; a
+	// request that was already on its way goes to the next worker).
+	if r := j.Do(ctx, []byte(`{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber","params":[]}`)); r.Outcome != workers.Unsupported ||
+		!strings.Contains(r.Error, "jsonrpc is out on this worker") {
+		t.Fatalf("Do while out: %s %q, want unsupported", r.Outcome, r.Error)
 	}
 	if err := j.Run(ctx); !errors.Is(err, ErrJSONRPCClosed) {
 		t.Fatalf("Run after Close: %v", err)

@@ -321,6 +321,7 @@ func (d *Dispatcher) attempt(ctx context.Context, req WorkRequest, pk selection.
 	// given up, and the request goes on to the next candidate.
 	resp, err := d.client.Do(ctx, id, protocol.Request{
 		ID: req.ID, Type: req.Type, Payload: req.Payload,
+		Timeout:       d.workBudget(ctx, pk.Peer),
 		AcceptTimeout: d.acceptWait(pk.Peer),
 	})
 	r.dur = time.Since(start)

@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"context"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/host"
@@ -81,4 +82,25 @@ func (d *Dispatcher) pollWait(id string) time.Duration {
 		return floor
 	}
 	return d.waitFor(rtt, floor)
+}
+
+// workBudget returns how long the peer with raw ID id may spend on the
+// work of an attempt whose deadline is ctx's: what is left of it, less
+// the time its answer needs to come back (two of its round trips and a
+// margin of 20ms, at most a quarter of what is left). A worker cut at
+// its budget still answers before the request's deadline, so a worker
+// that runs honest work to the end is told apart from one that accepts
+// work and stalls. Zero (no deadline) leaves the client's default.
+func (d *Dispatcher) workBudget(ctx context.Context, id string) time.Duration {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		return 0
+	}
+	left := time.Until(deadline)
+	if left <= 0 {
+		return 0
+	}
+	rtt, _ := d.peerRTT(id)
+	margin := min(2*rtt+20*time.Millisecond, left/4)
+	return left - margin
 }

@@ -244,7 +244,7 @@ func (p *Pool) admit(ctx context.Context, workType string, payload []byte, fromP
 		return nil, workers.Fail(workers.Busy, "local worker busy: %d running, %d of %d queued",
 			p.inFlight.Load(), p.queued.Load(), p.queueSize), false
 	}
-	if res, late := p.lateFor(ctx); late {
+	if res, late := p.lateFor(ctx, fromPeer); late {
 		p.admitted.Add(-1)
 		p.mu.RUnlock()
 		return nil, res, false
@@ -273,14 +273,19 @@ func (p *Pool) admit(ctx context.Context, workType string, payload []byte, fromP
 // requests may have just started): the queued ones ahead run in waves of
 // local-concurrency, then this one, each wave as long as the handlers'
 // moving average.
-func (p *Pool) lateFor(ctx context.Context) (workers.Result, bool) {
+func (p *Pool) lateFor(ctx context.Context, fromPeer bool) (workers.Result, bool) {
 	deadline, ok := ctx.Deadline()
 	avg := time.Duration(p.runNS.Load())
 	queued := p.queued.Load()
-	if !ok || avg <= 0 || p.inFlight.Load()+queued < int64(p.concurrency) {
+	// A peer's request runs within the peers' share of the slots.
+	conc := int64(p.concurrency)
+	if fromPeer && p.peerTurns != nil {
+		conc = int64(cap(p.peerTurns))
+	}
+	if !ok || avg <= 0 || p.inFlight.Load()+queued < conc {
 		return workers.Result{}, false
 	}
-	waves := queued/int64(p.concurrency) + 2
+	waves := queued/conc + 2
 	end := time.Duration(waves) * avg
 	left := time.Until(deadline)
 	if end+end/10 <= left { // a tenth to spare: an estimate ends late as often as early

@@ -51,8 +51,10 @@ const (
 )
 
 // needSlack is added to a tenth more than a request's need: what it must
-// have left of its deadline to be placed again.
-const needSlack = 5 * time.Millisecond
+// have left of its deadline to be placed again. It covers the 20ms a remote
+// worker's time budget keeps back for its answer's way home (the
+// dispatcher's workBudget) and a few milliseconds more.
+const needSlack = 25 * time.Millisecond
 
 // NewAdmission returns an admission queue for at most limit waiting
 // requests (0: none waits) on clock (nil: the system clock).

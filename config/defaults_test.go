@@ -13,7 +13,7 @@ import (
 // deliberate edit here, never a side effect.
 var pinnedDefaults = map[string]any{
 	"network":           "workmesh",
-	"listen":            []string{"/ip4/0.0.0.0/udp/4001/quic-v1"},
+	"listen":            []string{"/ip4/0.0.0.0/udp/4001/quic-v1", "/ip4/0.0.0.0/tcp/4001"},
 	"bootstrap":         []string(nil),
 	"data-dir":          "",
 	"api":               "127.0.0.1:7400",
@@ -24,6 +24,11 @@ var pinnedDefaults = map[string]any{
 	"log-level":         "info",
 	"log-format":        "text",
 	"drain-timeout":     10 * time.Second,
+
+	"reachability": "auto", "announce": []string(nil), "no-announce": []string(nil), "mdns": false,
+	"relay": []string(nil), "relay-service": true, "relay-max-reservations": 128, "relay-max-circuits": 16,
+	"relay-limit-bytes": 1 << 17, "relay-limit-duration": 2 * time.Minute, "hole-punching": true,
+	"public-ranges": []string(nil),
 
 	"worker-timeout":              500 * time.Millisecond,
 	"worker-response-timeout":     250 * time.Millisecond,
@@ -92,7 +97,7 @@ var pinnedFields = map[string]int{
 	"FaultConfig":          3,
 	"HTTPConfig":           2,
 	"JSONRPCConfig":        3,
-	"NodeConfig":           12,
+	"NodeConfig":           24,
 	"WorkerConfig":         15,
 	"SelectionConfig":      1,
 	"LivenessConfig":       5,

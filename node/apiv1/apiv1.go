@@ -267,6 +267,9 @@ type PeerStatus struct {
 	LastPoll *time.Time `json:"last_poll,omitempty"`
 	// PollError is why the last poll failed, when it did.
 	PollError string `json:"poll_error,omitempty"`
+	// Connection is direct, relayed (only through a relay, until a hole
+	// punch makes it direct) or none.
+	Connection string `json:"connection,omitempty"`
 }
 
 // PlanRequest is what GET /v1/plan asks: a request's work type and the
@@ -428,8 +431,30 @@ type StatusView struct {
 	Served map[string]uint64 `json:"served,omitempty"`
 	// Rejections counts NodeData records refused, by reason.
 	Rejections map[string]uint64 `json:"rejections"`
+	// Reachability is public, private or unknown: whether hosts anywhere
+	// can dial this node directly (AutoNAT's verdict, or the reachability
+	// setting).
+	Reachability string `json:"reachability,omitempty"`
+	// AdvertisedAddrs are the addresses in the node's signed record.
+	AdvertisedAddrs []string `json:"advertised_addrs,omitempty"`
+	// RelayAddrs are those of AdvertisedAddrs that go through a relay.
+	RelayAddrs []string `json:"relay_addrs,omitempty"`
+	// NAT counts hole punches and relay slots.
+	NAT *NATStats `json:"nat,omitempty"`
 }
 
 // Millis is d in milliseconds, to the microsecond: the unit of the
 // bodies' duration_ms fields.
 func Millis(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// NATStats counts what a node did to be reached from behind NAT.
+type NATStats struct {
+	// HolePunchesTried and HolePunchesSucceeded count hole punches (DCUtR).
+	HolePunchesTried     uint64 `json:"hole_punches_tried"`
+	HolePunchesSucceeded uint64 `json:"hole_punches_succeeded"`
+	// RelayReservations is the relays this node holds a slot on now.
+	RelayReservations int `json:"relay_reservations"`
+	// DialsSkipped counts dials to addresses this node cannot reach (a
+	// private address of another site) that were not made.
+	DialsSkipped uint64 `json:"dials_skipped"`
+}

@@ -42,6 +42,7 @@ func (d *Dispatcher) Status() apiv1.StatusView {
 	for r, n := range table.Rejections() {
 		v.Rejections[r.String()] = n
 	}
+	d.node.SetNATStatus(&v)
 	return v
 }
 
@@ -60,6 +61,7 @@ func (d *Dispatcher) PeerStatuses() []apiv1.PeerStatus {
 		ps := apiv1.PeerStatus{
 			PeerView: node.NewPeerView(pi), State: live.State(raw).String(),
 			Failures: live.Failures(raw), Scores: []apiv1.TypeScore{},
+			Connection: d.node.Connection(pi.Data.PeerID),
 		}
 		if left(pi) {
 			ps.State = apiv1.StateLeft

@@ -2,8 +2,8 @@ package node
 
 import (
 	"github.com/libp2p/go-libp2p/core/peer"
-	"github.com/prometheus/client_golang/prometheus"
 	ma "github.com/multiformats/go-multiaddr"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/workmesh/workmesh/node/apiv1"
 )

@@ -156,9 +156,10 @@ func newNodeHost(key crypto.PrivKey, netName, version string, listen []ma.Multia
 		return nil, fmt.Errorf("libp2p host: quic: %w", err)
 	}
 	closers = append(closers, reuse.Close)
+	gater := newAddrGater(&st.dialsSkipped)
 	sw, err := swarm.NewSwarm(pid, ps, bus,
 		swarm.WithResourceManager(rm),
-		swarm.WithConnectionGater(newAddrGater(&st.dialsSkipped)),
+		swarm.WithConnectionGater(gater),
 		// QUIC is the transport workmesh prefers; a "UDP black hole"
 		// verdict after a few failed dials would cut a node off from it.
 		swarm.WithUDPBlackHoleSuccessCounter(nil))
@@ -249,6 +250,11 @@ func newNodeHost(key crypto.PrivKey, netName, version string, listen []ma.Multia
 	}
 	if err := startAutoNAT(bh, dialer, nat.reachability); err != nil {
 		return nil, err
+	}
+	if nat.reachability == config.ReachabilityAuto && !gater.onPublicNet {
+		if err := st.assumePrivate(bh); err != nil {
+			return nil, err
+		}
 	}
 	if nat.reachability != config.ReachabilityPublic {
 		st.staticRelays = nat.staticRelays

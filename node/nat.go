@@ -192,7 +192,9 @@ func isRelayAddr(a ma.Multiaddr) bool {
 // public and relay addresses are always dialed.
 type addrGater struct {
 	onPrivateNet bool
-	skipped      *atomic.Uint64
+	// onPublicNet: some interface address of the host is public.
+	onPublicNet bool
+	skipped     *atomic.Uint64
 }
 
 // newAddrGater looks at the host's interface addresses once.
@@ -204,7 +206,11 @@ func newAddrGater(skipped *atomic.Uint64) *addrGater {
 		return g
 	}
 	for _, a := range ifaddrs {
-		if !manet.IsIPLoopback(a) && !manet.IsIP6LinkLocal(a) && !manet.IsPublicAddr(a) {
+		switch {
+		case manet.IsIPLoopback(a), manet.IsIP6LinkLocal(a):
+		case manet.IsPublicAddr(a):
+			g.onPublicNet = true
+		default:
 			g.onPrivateNet = true
 		}
 	}
@@ -248,6 +254,7 @@ type natState struct {
 	hpTried      atomic.Uint64
 	hpSucceeded  atomic.Uint64
 	dialsSkipped atomic.Uint64
+	hpLastError  atomic.Pointer[string]
 	staticRelays []peer.AddrInfo
 	// tablePeers lists the peers of the node's table (set once the table
 	// exists), candidates for a relay slot.
@@ -256,9 +263,10 @@ type natState struct {
 	// to re-sign its record).
 	onAddrs atomic.Pointer[func()]
 
-	h    host.Host
-	sub  event.Subscription
-	done chan struct{}
+	h       host.Host
+	sub     event.Subscription
+	emitter event.Emitter // see assumePrivate
+	done    chan struct{}
 }
 
 // Trace counts hole punches (holepunch.EventTracer).
@@ -269,6 +277,8 @@ func (s *natState) Trace(evt *holepunch.Event) {
 	case *holepunch.EndHolePunchEvt:
 		if e.Success {
 			s.hpSucceeded.Add(1)
+		} else if e.Error != "" {
+			s.hpLastError.Store(&e.Error)
 		}
 	}
 }
@@ -297,8 +307,25 @@ func (s *natState) watch(h host.Host) error {
 	return nil
 }
 
+// assumePrivate says the host is private until AutoNAT says otherwise:
+// for a host with no public interface address, which sits behind NAT
+// unless a port is forwarded to it. It then reserves a relay slot at once
+// instead of waiting out AutoNAT's first dial back, which answers a failure
+// only after 15s; a dial back that succeeds makes it public.
+func (s *natState) assumePrivate(h host.Host) error {
+	em, err := h.EventBus().Emitter(new(event.EvtLocalReachabilityChanged), eventbus.Stateful)
+	if err != nil {
+		return fmt.Errorf("reachability emitter: %w", err)
+	}
+	s.emitter = em
+	return em.Emit(event.EvtLocalReachabilityChanged{Reachability: network.ReachabilityPrivate})
+}
+
 // Close stops watching.
 func (s *natState) Close() error {
+	if s.emitter != nil {
+		s.emitter.Close()
+	}
 	if s.sub != nil {
 		s.sub.Close()
 		<-s.done
@@ -387,6 +414,9 @@ func connState(h host.Host, p peer.ID) string {
 	return ConnRelayed
 }
 
+// dialBackTimeout bounds one AutoNAT dial back.
+const dialBackTimeout = 3 * time.Second
+
 // newDialerHost returns the host AutoNAT dials back from: its own key and
 // sockets, so that a dial back proves an address is reachable by anyone,
 // not only by a peer the node already talks to.
@@ -412,6 +442,10 @@ func newDialerHost(rm network.ResourceManager) (_ host.Host, closeAll func() err
 	}
 	sw, err := swarm.NewSwarm(pid, ps, eventbus.NewBus(),
 		swarm.WithResourceManager(rm),
+		// A dial back answers "not reachable" once this passes (AutoNAT
+		// v1 would wait 15s): what a node behind NAT waits to learn it
+		// is, before it reserves a relay slot.
+		swarm.WithDialTimeout(dialBackTimeout),
 		swarm.WithReadOnlyBlackHoleDetector(),
 		swarm.WithDialRanker(swarm.NoDelayDialRanker))
 	if err != nil {

@@ -53,12 +53,16 @@ func (n *Node) Connection(p peer.ID) string { return connState(n.host, p) }
 // NATStats counts hole punches, relay slots and dials not made.
 func (n *Node) NATStats() apiv1.NATStats {
 	st := n.host.nat
-	return apiv1.NATStats{
+	s := apiv1.NATStats{
 		HolePunchesTried:     st.hpTried.Load(),
 		HolePunchesSucceeded: st.hpSucceeded.Load(),
 		RelayReservations:    relayReservations(n.host),
 		DialsSkipped:         st.dialsSkipped.Load(),
 	}
+	if e := st.hpLastError.Load(); e != nil {
+		s.LastHolePunchError = *e
+	}
+	return s
 }
 
 // SetNATStatus fills the NAT part of a status view.

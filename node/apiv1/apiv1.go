@@ -457,4 +457,6 @@ type NATStats struct {
 	// DialsSkipped counts dials to addresses this node cannot reach (a
 	// private address of another site) that were not made.
 	DialsSkipped uint64 `json:"dials_skipped"`
+	// LastHolePunchError says why the last failed hole punch failed.
+	LastHolePunchError string `json:"last_hole_punch_error,omitempty"`
 }

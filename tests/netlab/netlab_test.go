@@ -1,0 +1,147 @@
+package netlab
+
+import (
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// servedBy submits one sha256 request at gw and checks that worker served it.
+func servedBy(t *testing.T, gw, worker *wmNode, workerID string, timeout time.Duration) {
+	t.Helper()
+	r, stderr, err := gw.submit("sha256", "hello", timeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Status != "ok" || r.Worker != workerID {
+		t.Fatalf("sha256 at %s: status %q, worker %q (want ok from %s %s): %s\n%s", gw.role, r.Status, r.Worker, worker.role, workerID, r.Error, stderr)
+	}
+}
+
+// lists waits until n lists peer id as serving workType.
+func lists(l *lab, n *wmNode, id, workType string, within time.Duration) {
+	l.t.Helper()
+	l.waitFor(within, fmt.Sprintf("%s lists %s serving %s", n.role, id, workType), func() error {
+		p, err := n.peer(id)
+		if err != nil {
+			return err
+		}
+		if !slices.Contains(p.WorkTypes, workType) {
+			return fmt.Errorf("%s serves %v", id, p.WorkTypes)
+		}
+		return nil
+	})
+}
+
+// connection returns how n is connected to peer id.
+func connection(n *wmNode, id string) (string, error) {
+	p, err := n.peer(id)
+	if err != nil {
+		return "", err
+	}
+	return p.Connection, nil
+}
+
+// TestNetlab_NoUDPSiteJoinsOverTCP (scenario 5): a site whose router drops
+// every UDP packet joins through a public node with default settings (QUIC
+// and TCP) and serves work there.
+func TestNetlab_NoUDPSiteJoinsOverTCP(t *testing.T) {
+	l := newLab(t)
+	l.publicHost("pa", 10)
+	l.site("su", 3, natNoUDP)
+	pub := l.start("pa", "--work-types", "echo")
+	site := l.start("su", append(pub.bootstrap(), "--work-types", "sha256")...)
+	id := site.id()
+	lists(l, pub, id, "sha256", 20*time.Second)
+	servedBy(t, pub, site, id, 10*time.Second)
+	if c, err := connection(pub, id); err != nil || c != "direct" {
+		t.Errorf("public node's connection to the UDP-less site: %q, %v; want direct (TCP)", c, err)
+	}
+}
+
+// runs is the number of fresh pairs of NAT'd nodes the hole punch scenario
+// starts: WMTEST_NETLAB_RUNS, 2 by default (make netlab runs 10).
+func runs(t *testing.T) int {
+	if s := os.Getenv("WMTEST_NETLAB_RUNS"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			t.Fatalf("WMTEST_NETLAB_RUNS=%q: want a positive count", s)
+		}
+		return n
+	}
+	return 2
+}
+
+// TestNetlab_HolePunchBetweenSites (scenario 1): work submitted at a node
+// behind one NAT for a type served only behind another succeeds, and the
+// two end directly connected after the hole punch. Over WMTEST_NETLAB_RUNS
+// runs with fresh identities it reports the share that went direct and the
+// median time from the worker's start to the direct connection (goal: all
+// direct, median under 10s).
+func TestNetlab_HolePunchBetweenSites(t *testing.T) {
+	l := newLab(t)
+	l.publicHost("pa", 10)
+	l.publicHost("pb", 11)
+	l.site("sa", 1, natCone)
+	l.site("sb", 2, natCone)
+	pubA := l.start("pa", "--work-types", "echo", "--reachability", "public")
+	boot := pubA.bootstrap()
+	l.start("pb", append(slices.Clone(boot), "--work-types", "echo", "--reachability", "public")...)
+
+	n := runs(t)
+	var took []time.Duration
+	for i := range n {
+		gw := l.start("sa", append(slices.Clone(boot), "--work-types", "echo")...)
+		worker := l.start("sb", append(slices.Clone(boot), "--work-types", "sha256")...)
+		id := worker.id()
+		lists(l, gw, id, "sha256", 30*time.Second)
+		l.waitFor(30*time.Second, fmt.Sprintf("run %d: the worker advertises a relay address", i+1), func() error {
+			st, err := worker.status()
+			if os.Getenv("WMTEST_NETLAB_DEBUG") != "" {
+				t.Logf("%.1fs: worker reachability %s, relay addrs %d", time.Since(worker.started).Seconds(), st.Reachability, len(st.RelayAddrs))
+			}
+			if err == nil && len(st.RelayAddrs) == 0 {
+				err = fmt.Errorf("reachability %s, advertised %v", st.Reachability, st.AdvertisedAddrs)
+			}
+			return err
+		})
+		l.waitFor(30*time.Second, fmt.Sprintf("run %d: the gateway holds the worker's relay address", i+1), func() error {
+			p, err := gw.peer(id)
+			if err == nil && !slices.ContainsFunc(p.Addrs, func(a string) bool { return strings.Contains(a, "p2p-circuit") }) {
+				err = fmt.Errorf("worker's addrs %v", p.Addrs)
+			}
+			return err
+		})
+		t.Logf("run %d: worker reachable through a relay %.1fs after it started", i+1, time.Since(worker.started).Seconds())
+		if os.Getenv("WMTEST_NETLAB_DEBUG") != "" {
+			for range 8 {
+				c, _ := connection(gw, id)
+				sg, _ := gw.status()
+				sw, _ := worker.status()
+				p, _ := gw.peer(id)
+				t.Logf("conn %s state %s poll %s; gw %s %+v; worker %s %+v adv %v", c, p.State, p.PollError, sg.Reachability, sg.NAT, sw.Reachability, sw.NAT, sw.AdvertisedAddrs)
+				time.Sleep(time.Second)
+			}
+		}
+		servedBy(t, gw, worker, id, 20*time.Second)
+		l.waitFor(30*time.Second, fmt.Sprintf("run %d: the gateway is directly connected to the worker", i+1), func() error {
+			c, err := connection(gw, id)
+			if err == nil && c != "direct" {
+				err = fmt.Errorf("connection %q", c)
+			}
+			return err
+		})
+		d := time.Since(worker.started)
+		took = append(took, d)
+		st, _ := gw.status()
+		t.Logf("run %d: direct %.1fs after the worker started (gateway: reachability %s, nat %+v)", i+1, d.Seconds(), st.Reachability, st.NAT)
+		gw.stop()
+		worker.stop()
+	}
+	slices.Sort(took)
+	t.Logf("hole punch: %d of %d runs direct, median time to direct %.1fs", len(took), n, took[len(took)/2].Seconds())
+}

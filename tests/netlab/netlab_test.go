@@ -145,3 +145,52 @@ func TestNetlab_HolePunchBetweenSites(t *testing.T) {
 	slices.Sort(took)
 	t.Logf("hole punch: %d of %d runs direct, median time to direct %.1fs", len(took), n, took[len(took)/2].Seconds())
 }
+
+// TestNetlab_NoDialsToPrivateAddrs (scenario 4): the records of nodes
+// behind NAT carry their private addresses (what they listen on), yet no
+// public node ever sends a packet to another site's private range: the
+// public hosts' nft counters of packets to 192.0.2.0/24 stay at zero while
+// work flows between the sites and the public nodes.
+func TestNetlab_NoDialsToPrivateAddrs(t *testing.T) {
+	l := newLab(t)
+	l.publicHost("pa", 10)
+	l.publicHost("pb", 11)
+	l.site("sa", 1, natCone)
+	l.site("sb", 2, natCone)
+	pubA := l.start("pa", "--work-types", "echo", "--reachability", "public")
+	boot := pubA.bootstrap()
+	pubB := l.start("pb", append(slices.Clone(boot), "--work-types", "echo", "--reachability", "public")...)
+	siteA := l.start("sa", append(slices.Clone(boot), "--work-types", "sha256")...)
+	siteB := l.start("sb", append(slices.Clone(boot), "--work-types", "sha256")...)
+	idA, idB := siteA.id(), siteB.id()
+	for _, pub := range []*wmNode{pubA, pubB} {
+		for _, id := range []string{idA, idB} {
+			lists(l, pub, id, "sha256", 20*time.Second)
+		}
+	}
+	// Work from both public nodes to both sites: the records the public
+	// nodes dial from hold the sites' private addresses.
+	for _, pub := range []*wmNode{pubA, pubB} {
+		for range 4 {
+			r, stderr, err := pub.submit("sha256", "hello", 10*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Status != "ok" || (r.Worker != idA && r.Worker != idB) {
+				t.Fatalf("sha256 at %s: %q from %q: %s\n%s", pub.role, r.Status, r.Worker, r.Error, stderr)
+			}
+		}
+	}
+	p, err := pubA.peer(idA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(p.Addrs, func(a string) bool { return strings.Contains(a, "/192.0.2.") }) {
+		t.Fatalf("site A's record holds no private address (%v): the test proves nothing", p.Addrs)
+	}
+	for _, role := range []string{"pa", "pb"} {
+		if n := l.counter(role, "private_dials"); n != 0 {
+			t.Errorf("public host %s sent %d packets to the sites' private range %s", role, n, sitesNet)
+		}
+	}
+}

@@ -254,6 +254,7 @@ type natState struct {
 	hpTried      atomic.Uint64
 	hpSucceeded  atomic.Uint64
 	dialsSkipped atomic.Uint64
+	relayedWork  atomic.Uint64
 	hpLastError  atomic.Pointer[string]
 	staticRelays []peer.AddrInfo
 	// tablePeers lists the peers of the node's table (set once the table

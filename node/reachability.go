@@ -1,6 +1,10 @@
 package node
 
 import (
+	"context"
+	"fmt"
+
+	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	ma "github.com/multiformats/go-multiaddr"
 	"github.com/prometheus/client_golang/prometheus"
@@ -58,6 +62,7 @@ func (n *Node) NATStats() apiv1.NATStats {
 		HolePunchesSucceeded: st.hpSucceeded.Load(),
 		RelayReservations:    relayReservations(n.host),
 		DialsSkipped:         st.dialsSkipped.Load(),
+		RelayedWork:          st.relayedWork.Load(),
 	}
 	if e := st.hpLastError.Load(); e != nil {
 		s.LastHolePunchError = *e
@@ -81,6 +86,8 @@ var (
 		"Relays this node holds a slot on now.", nil, nil)
 	descReachability = prometheus.NewDesc("workmesh_reachability",
 		"1 for this node's reachability (public, private or unknown), 0 for the others.", []string{"reachability"}, nil)
+	descRelayedWork = prometheus.NewDesc("workmesh_relayed_work_total",
+		"Work requests this node sent to peers over a relayed connection (before a hole punch, or behind a NAT that cannot be punched).", nil, nil)
 	descDialsSkipped = prometheus.NewDesc("workmesh_dials_skipped_total",
 		"Dials to addresses this node cannot reach (another site's private address) not made.", nil, nil)
 )
@@ -92,6 +99,7 @@ func (n *Node) collectNAT(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descHolePunches, prometheus.CounterValue, float64(s.HolePunchesSucceeded), "succeeded")
 	ch <- prometheus.MustNewConstMetric(descRelayReservations, prometheus.GaugeValue, float64(s.RelayReservations))
 	ch <- prometheus.MustNewConstMetric(descDialsSkipped, prometheus.CounterValue, float64(s.DialsSkipped))
+	ch <- prometheus.MustNewConstMetric(descRelayedWork, prometheus.CounterValue, float64(s.RelayedWork))
 	r := n.Reachability()
 	for _, name := range []string{"public", "private", "unknown"} {
 		v := 0.0
@@ -100,4 +108,40 @@ func (n *Node) collectNAT(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(descReachability, prometheus.GaugeValue, v, name)
 	}
+}
+
+// relayFraming is the room kept in a relayed connection's data limit for
+// what goes with a payload (the work protocol's frames, the streams'
+// handshakes, health pings).
+const relayFraming = 8 << 10
+
+// defaultRelayLimit is relay v2's data limit per relayed connection.
+const defaultRelayLimit = 1 << 17
+
+// RelayedWorkLimit is the largest payload sent over a relayed connection:
+// relay-limit-bytes (the limit a relay gives each relayed connection, the
+// same across a network) less room for framing.
+func (n *Node) RelayedWorkLimit() int {
+	limit := n.cfg.RelayLimitBytes
+	if limit <= 0 {
+		limit = defaultRelayLimit
+	}
+	return max(0, limit-relayFraming)
+}
+
+// OverRelay says whether work with a payload of size bytes may go to p.
+// While p is connected through a relay only (no hole punch yet, or a NAT
+// that cannot be punched), work that fits the relay's limit may use that
+// connection: the context returned allows it, and the work is counted as
+// sent over a relayed connection. Larger work is refused with an error that
+// says so. Over a direct connection, or none, ctx comes back as it was.
+func (n *Node) OverRelay(ctx context.Context, p peer.ID, size int) (context.Context, error) {
+	if connState(n.host, p) != ConnRelayed {
+		return ctx, nil
+	}
+	if limit := n.RelayedWorkLimit(); size > limit {
+		return ctx, fmt.Errorf("payload of %d bytes does not fit a relayed connection (at most %d bytes: relay-limit-bytes less framing); no direct connection to %s yet", size, limit, p)
+	}
+	n.host.nat.relayedWork.Add(1)
+	return network.WithAllowLimitedConn(ctx, "workmesh work within the relay's limit"), nil
 }

@@ -457,6 +457,8 @@ type NATStats struct {
 	// DialsSkipped counts dials to addresses this node cannot reach (a
 	// private address of another site) that were not made.
 	DialsSkipped uint64 `json:"dials_skipped"`
+	// RelayedWork counts work requests sent over relayed connections.
+	RelayedWork uint64 `json:"relayed_work"`
 	// LastHolePunchError says why the last failed hole punch failed.
 	LastHolePunchError string `json:"last_hole_punch_error,omitempty"`
 }

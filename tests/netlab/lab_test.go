@@ -39,6 +39,9 @@ var (
 	// cannot run here.
 	bin    string
 	labErr error
+	// buildErr fails every test: a binary that does not build is no
+	// reason to skip.
+	buildErr error
 )
 
 func TestMain(m *testing.M) {
@@ -53,11 +56,11 @@ func TestMain(m *testing.M) {
 				bin = filepath.Join(dir, "workmesh")
 				out, err := exec.Command("go", "build", "-o", bin, "github.com/workmesh/workmesh/cmd/workmesh").CombinedOutput()
 				if err != nil {
-					labErr = fmt.Errorf("go build: %v\n%s", err, out)
+					buildErr = fmt.Errorf("go build: %v\n%s", err, out)
 				}
 			}
 		}
-		if labErr == nil {
+		if labErr == nil && buildErr == nil {
 			removeLeftovers()
 		}
 		return m.Run()
@@ -82,6 +85,9 @@ func canRun() error {
 // WMTEST_NETNS=1 says it must (CI).
 func requireLab(t *testing.T) {
 	t.Helper()
+	if labErr == nil && buildErr != nil {
+		t.Fatal(buildErr)
+	}
 	if labErr == nil {
 		return
 	}

@@ -1,8 +1,12 @@
 package netlab
 
 import (
+	"bytes"
+	"context"
+	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -192,5 +196,66 @@ func TestNetlab_NoDialsToPrivateAddrs(t *testing.T) {
 		if n := l.counter(role, "private_dials"); n != 0 {
 			t.Errorf("public host %s sent %d packets to the sites' private range %s", role, n, sitesNet)
 		}
+	}
+}
+
+// TestNetlab_SymmetricNATWorksOverRelay (scenario 2): behind a NAT that
+// randomises ports no hole punch gets through; small work still reaches
+// the worker there over the relay, its connection shown relayed, and a
+// payload over the relay's limit is refused with a reason that says so.
+func TestNetlab_SymmetricNATWorksOverRelay(t *testing.T) {
+	l := newLab(t)
+	l.publicHost("pa", 10)
+	l.publicHost("pb", 11)
+	l.site("sa", 1, natCone)
+	l.site("ss", 3, natSymmetric)
+	pubA := l.start("pa", "--work-types", "echo", "--reachability", "public")
+	boot := pubA.bootstrap()
+	l.start("pb", append(slices.Clone(boot), "--work-types", "echo", "--reachability", "public")...)
+	gw := l.start("sa", append(slices.Clone(boot), "--work-types", "echo")...)
+	worker := l.start("ss", append(slices.Clone(boot), "--work-types", "sha256")...)
+	id := worker.id()
+	lists(l, gw, id, "sha256", 30*time.Second)
+	l.waitFor(30*time.Second, "the gateway holds the worker's relay address", func() error {
+		p, err := gw.peer(id)
+		if err == nil && !slices.ContainsFunc(p.Addrs, func(a string) bool { return strings.Contains(a, "p2p-circuit") }) {
+			err = fmt.Errorf("worker's addrs %v", p.Addrs)
+		}
+		return err
+	})
+	servedBy(t, gw, worker, id, 20*time.Second)
+	// The hole punch was tried and failed; the two stay relayed.
+	l.waitFor(30*time.Second, "a hole punch was tried", func() error {
+		st, err := worker.status()
+		if err == nil && st.NAT.HolePunchesTried == 0 {
+			err = fmt.Errorf("nat %+v", *st.NAT)
+		}
+		return err
+	})
+	servedBy(t, gw, worker, id, 20*time.Second)
+	if c, err := connection(gw, id); err != nil || c != "relayed" {
+		t.Errorf("gateway's connection to the worker behind the symmetric NAT: %q, %v; want relayed", c, err)
+	}
+	st, err := gw.status()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.NAT.HolePunchesSucceeded != 0 || st.NAT.RelayedWork == 0 {
+		t.Errorf("gateway's nat counts %+v: want no hole punch succeeded and work sent over the relay", *st.NAT)
+	}
+	// 200 KiB does not fit relay v2's 128 KiB per relayed connection.
+	big := filepath.Join(t.TempDir(), "big")
+	if err := os.WriteFile(big, bytes.Repeat([]byte("x"), 200<<10), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, stderr, _ := gw.cli(ctx, "submit", "--type", "sha256", "--payload-file", big, "--timeout", "10s", "--output", "json")
+	var r submitResult
+	if err := json.Unmarshal(out, &r); err != nil {
+		t.Fatalf("submit: %v: %s %s", err, out, stderr)
+	}
+	if r.Status == "ok" || !strings.Contains(r.Error, "does not fit a relayed connection") {
+		t.Errorf("200 KiB to the worker behind the symmetric NAT: status %q, error %q; want the relay limit's refusal", r.Status, r.Error)
 	}
 }

@@ -79,8 +79,8 @@ func (ds *dials) wait(ctx context.Context, id string) error {
 func (d *Dispatcher) connect(ctx context.Context, id string) error {
 	pid := peer.ID(id)
 	h := d.node.Host()
-	if h.Network().Connectedness(pid) == network.Connected {
-		return nil
+	if c := h.Network().Connectedness(pid); c == network.Connected || c == network.Limited {
+		return nil // a relayed (limited) connection is judged by the attempt (OverRelay)
 	}
 	info := peer.AddrInfo{ID: pid}
 	if pi, ok := d.node.Peers().Get(pid); ok {
@@ -90,7 +90,7 @@ func (d *Dispatcher) connect(ctx context.Context, id string) error {
 			}
 		}
 	}
-	cctx, cancel := context.WithTimeout(ctx, d.cfg.Worker.ConnectTimeout)
+	cctx, cancel := context.WithTimeout(network.WithAllowLimitedConn(ctx, "workmesh dial"), d.cfg.Worker.ConnectTimeout)
 	defer cancel()
 	start := time.Now()
 	if err := h.Connect(cctx, info); err != nil {

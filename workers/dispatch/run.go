@@ -5,7 +5,10 @@ import (
 	"sync"
 	"time"
 
+	lpevent "github.com/libp2p/go-libp2p/core/event"
+	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/p2p/host/eventbus"
 	"github.com/sirupsen/logrus"
 
 	"github.com/workmesh/workmesh/node"
@@ -36,6 +39,32 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	var mu sync.Mutex
 	polling := map[string]bool{}
 	sem := make(chan struct{}, 16) // polls in flight at once
+	startPoll := func(id string) bool {
+		if len(sem) == cap(sem) {
+			return false
+		}
+		mu.Lock()
+		busy := polling[id]
+		polling[id] = true
+		mu.Unlock()
+		if busy {
+			return true
+		}
+		sem <- struct{}{} // never blocks: only this loop sends
+		wg.Go(func() {
+			defer func() { <-sem }()
+			d.poll(ctx, id)
+			mu.Lock()
+			delete(polling, id)
+			mu.Unlock()
+		})
+		return true
+	}
+	// Liveness learns from the network: a new connection from a peer it
+	// holds unreachable (it came back, or its site's link did) is probed
+	// at once instead of at the end of its redial backoff.
+	conns := d.connectedPeers()
+	defer conns.Close()
 	for {
 		select {
 		case <-ctx.Done():
@@ -69,31 +98,21 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 				d.syncPeers()
 				syncC = time.After(d.syncDelay)
 			}
+		case ev := <-conns.Out():
+			if e, ok := ev.(lpevent.EvtPeerConnectednessChanged); ok && e.Connectedness == network.Connected &&
+				d.sel.Liveness().State(string(e.Peer)) == selection.StateUnreachable {
+				startPoll(string(e.Peer))
+			}
 		case <-ticker.C:
 			d.sel.MaybeRefresh()
 			for _, id := range d.sel.Liveness().Due() {
-				if len(sem) == cap(sem) {
+				if !startPoll(id) {
 					// Every poll slot is taken (dead peers hold theirs for
 					// a whole timeout): the rest stay due for a later tick.
 					// Waiting here would stall the peer sync and the
 					// ranking refresh behind the slowest polls.
 					break
 				}
-				mu.Lock()
-				busy := polling[id]
-				polling[id] = true
-				mu.Unlock()
-				if busy {
-					continue
-				}
-				sem <- struct{}{} // never blocks: only this loop sends
-				wg.Go(func() {
-					defer func() { <-sem }()
-					d.poll(ctx, id)
-					mu.Lock()
-					delete(polling, id)
-					mu.Unlock()
-				})
 			}
 		}
 	}
@@ -245,3 +264,20 @@ func peerOf(pi node.PeerInfo) selection.Peer {
 	}
 	return p
 }
+
+// connectedPeers subscribes to the host's connection changes; a host whose
+// bus refuses gives a subscription that never fires.
+func (d *Dispatcher) connectedPeers() lpevent.Subscription {
+	sub, err := d.node.Host().EventBus().Subscribe(new(lpevent.EvtPeerConnectednessChanged), eventbus.Name("workmesh dispatch liveness"))
+	if err != nil {
+		d.log.WithError(err).Warn("liveness: no connection events")
+		return noEvents{}
+	}
+	return sub
+}
+
+type noEvents struct{}
+
+func (noEvents) Out() <-chan any { return nil }
+func (noEvents) Close() error    { return nil }
+func (noEvents) Name() string    { return "none" }

@@ -25,7 +25,7 @@ var pinnedDefaults = map[string]any{
 	"log-format":        "text",
 	"drain-timeout":     10 * time.Second,
 
-	"reachability": "auto", "announce": []string(nil), "no-announce": []string(nil), "mdns": false,
+	"reachability": "auto", "announce": []string(nil), "no-announce": []string(nil),
 	"relay": []string(nil), "relay-service": true, "relay-max-reservations": 128, "relay-max-circuits": 16,
 	"relay-limit-bytes": 1 << 17, "relay-limit-duration": 2 * time.Minute, "hole-punching": true,
 	"public-ranges": []string(nil),
@@ -97,7 +97,7 @@ var pinnedFields = map[string]int{
 	"FaultConfig":          3,
 	"HTTPConfig":           2,
 	"JSONRPCConfig":        3,
-	"NodeConfig":           24,
+	"NodeConfig":           23,
 	"WorkerConfig":         15,
 	"SelectionConfig":      1,
 	"LivenessConfig":       5,

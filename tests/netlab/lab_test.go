@@ -344,7 +344,7 @@ func (l *lab) start(role string, args ...string) *wmNode {
 	}
 	full := append([]string{"netns", "exec", l.ns(role), bin, "node", "start",
 		"--network", "lab", "--api", nodeAPI, "--data-dir", filepath.Join(dir, "data"),
-		"--public-ranges", internetNet, "--drain-timeout", "0", "--log-level", "debug"}, args...)
+		"--public-ranges", internetNet, "--drain-timeout", "1s", "--log-level", "debug"}, args...)
 	n.cmd = exec.Command("ip", full...)
 	n.cmd.Stdout, n.cmd.Stderr = logf, logf
 	if lv := os.Getenv("WMTEST_NETLAB_GOLOG"); lv != "" {
@@ -364,8 +364,10 @@ func (l *lab) start(role string, args ...string) *wmNode {
 	return n
 }
 
-// stop ends the node's process (by its pid) and waits for it; its log goes
-// to the test's output when the test failed.
+// stop ends the node's process (by its pid) and waits for it: SIGTERM,
+// on which it withdraws its work types from its record (others no longer
+// send it work) and stops within its 1s drain-timeout. Its log goes to the
+// test's output when the test failed.
 func (n *wmNode) stop() {
 	select {
 	case <-n.done:

@@ -65,6 +65,27 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	// at once instead of at the end of its redial backoff.
 	conns := d.connectedPeers()
 	defer conns.Close()
+	// A new record from a peer liveness holds unreachable (new addresses:
+	// a relay slot it reserved, a link back) is probed at once too.
+	seqs := map[string]uint64{}
+	probeNewRecords := func() {
+		live := d.sel.Liveness()
+		if live.Counts()[selection.StateUnreachable] == 0 {
+			clear(seqs)
+			return
+		}
+		for _, pi := range table.Peers() {
+			id := string(pi.Data.PeerID)
+			if live.State(id) != selection.StateUnreachable {
+				delete(seqs, id)
+				continue
+			}
+			if seq, seen := seqs[id]; seen && seq != pi.Data.Sequence {
+				startPoll(id)
+			}
+			seqs[id] = pi.Data.Sequence
+		}
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -79,6 +100,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			// of their own, which bounds the syncs while a network
 			// forms.
 			changed = table.Changed()
+			probeNewRecords()
 			switch {
 			case syncC == nil:
 				d.syncPeers()

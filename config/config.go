@@ -138,6 +138,36 @@ type NodeConfig struct {
 	// NewcomerDialInterval is how often the newcomer dial budget grows by
 	// one, up to NewcomerDials.
 	NewcomerDialInterval time.Duration `koanf:"newcomer-dial-interval"`
+
+	// Reachability is auto (AutoNAT finds out whether the node is
+	// publicly dialable), public or private (the operator says so).
+	Reachability string `koanf:"reachability"`
+	// Announce, when set, is advertised instead of the addresses the node
+	// listens on and observes (relay addresses are still added).
+	Announce []string `koanf:"announce"`
+	// NoAnnounce are multiaddrs, or their prefixes (an /ip4/<addr> alone,
+	// or /ip4/<net>/ipcidr/<bits>), left out of what is advertised.
+	NoAnnounce []string `koanf:"no-announce"`
+	// Relays are full multiaddrs of relays a private node reserves a slot
+	// on first; it also uses public peers from its peer table.
+	Relays []string `koanf:"relay"`
+	// RelayService offers circuit relay v2 to others while the node is
+	// public, with the bounds below.
+	RelayService bool `koanf:"relay-service"`
+	// RelayMaxReservations bounds the relay slots a public node hands out.
+	RelayMaxReservations int `koanf:"relay-max-reservations"`
+	// RelayMaxCircuits bounds the relayed connections open at once per peer.
+	RelayMaxCircuits int `koanf:"relay-max-circuits"`
+	// RelayLimitBytes bounds the bytes relayed per circuit and direction.
+	RelayLimitBytes int `koanf:"relay-limit-bytes"`
+	// RelayLimitDuration bounds how long one relayed connection lasts.
+	RelayLimitDuration time.Duration `koanf:"relay-limit-duration"`
+	// HolePunching upgrades a relayed connection to a direct one (DCUtR).
+	HolePunching bool `koanf:"hole-punching"`
+	// PublicRanges are IPv4 ranges libp2p counts as unroutable (the
+	// documentation ranges) that this node treats as public internet: for
+	// test labs built on those ranges only.
+	PublicRanges []string `koanf:"public-ranges"`
 }
 
 // WorkerConfig bounds how a request is sent to workers. The names of the
@@ -379,7 +409,7 @@ func Defaults() Config {
 	return Config{
 		Node: NodeConfig{
 			Network:          "workmesh",
-			Listen:           []string{"/ip4/0.0.0.0/udp/4001/quic-v1"},
+			Listen:           []string{"/ip4/0.0.0.0/udp/4001/quic-v1", "/ip4/0.0.0.0/tcp/4001"},
 			API:              "127.0.0.1:7400",
 			WorkTypes:        []string{"echo", "sha256", "sleep"},
 			AnnounceInterval: 10 * time.Second,
@@ -392,6 +422,15 @@ func Defaults() Config {
 			PeerTableCap:         10000,
 			NewcomerDials:        8,
 			NewcomerDialInterval: 2 * time.Second,
+			Reachability:         ReachabilityAuto,
+			RelayService:         true,
+			// libp2p's relay v2 defaults: 128 slots, 16 circuits per
+			// peer, 128 KiB and 2 minutes per circuit.
+			RelayMaxReservations: 128,
+			RelayMaxCircuits:     16,
+			RelayLimitBytes:      1 << 17,
+			RelayLimitDuration:   2 * time.Minute,
+			HolePunching:         true,
 		},
 		Worker: WorkerConfig{
 			WorkerTimeout:         500 * time.Millisecond,
@@ -447,3 +486,10 @@ func Defaults() Config {
 		JSONRPC: JSONRPCConfig{HeadInterval: 2 * time.Second},
 	}
 }
+
+// Reachability settings.
+const (
+	ReachabilityAuto    = "auto"
+	ReachabilityPublic  = "public"
+	ReachabilityPrivate = "private"
+)

@@ -13,7 +13,7 @@ import (
 // deliberate edit here, never a side effect.
 var pinnedDefaults = map[string]any{
 	"network":                "workmesh",
-	"listen":                 []string{"/ip4/0.0.0.0/udp/4001/quic-v1"},
+	"listen":                 []string{"/ip4/0.0.0.0/udp/4001/quic-v1", "/ip4/0.0.0.0/tcp/4001"},
 	"bootstrap":              []string(nil),
 	"data-dir":               "",
 	"api":                    "127.0.0.1:7400",
@@ -27,6 +27,11 @@ var pinnedDefaults = map[string]any{
 	"peer-table-cap":         10000,
 	"newcomer-dials":         8,
 	"newcomer-dial-interval": 2 * time.Second,
+
+	"reachability": "auto", "announce": []string(nil), "no-announce": []string(nil),
+	"relay": []string(nil), "relay-service": true, "relay-max-reservations": 128, "relay-max-circuits": 16,
+	"relay-limit-bytes": 1 << 17, "relay-limit-duration": 2 * time.Minute, "hole-punching": true,
+	"public-ranges": []string(nil),
 
 	"worker-timeout":              500 * time.Millisecond,
 	"worker-response-timeout":     250 * time.Millisecond,
@@ -105,7 +110,7 @@ var pinnedFields = map[string]int{
 	"HTTPConfig":           2,
 	"JSONRPCConfig":        3,
 	"MembershipConfig":     2,
-	"NodeConfig":           15,
+	"NodeConfig":           26,
 	"WorkerConfig":         17,
 	"SelectionConfig":      1,
 	"LivenessConfig":       7,

@@ -100,6 +100,18 @@ var help = map[string]string{
 	"label-balancing.order":           "group labels tried in order, highest priority first; setting it turns label balancing on",
 	"label-balancing.pass-on-error":   "after a retryable error, move to the next label group instead of retrying in the current one",
 	"label-balancing.include-default": "route to peers carrying none of the order labels as a final group",
+
+	"reachability":           "whether this node is publicly dialable: auto (AutoNAT asks public peers to dial it back), public or private",
+	"announce":               "multiaddrs advertised instead of the listen and observed addresses (relay addresses are still added; repeatable)",
+	"no-announce":            "multiaddrs or prefixes (/ip4/<addr>, /ip4/<net>/ipcidr/<bits>) left out of the advertised addresses (repeatable)",
+	"relay":                  "full multiaddr (with /p2p/<id>) of a relay this node reserves a slot on while private, before public peers from its peer table (repeatable)",
+	"relay-service":          "offer circuit relay v2 to private peers while this node is public",
+	"relay-max-reservations": "relay slots this node hands out at most while it offers the relay service",
+	"relay-max-circuits":     "relayed connections open at once per peer through this node at most",
+	"relay-limit-bytes":      "bytes relayed per relayed connection and direction at most; work larger than this is refused on a relayed connection",
+	"relay-limit-duration":   "how long one relayed connection through this node lasts at most",
+	"hole-punching":          "upgrade a relayed connection to a direct one by hole punching (DCUtR)",
+	"public-ranges":          "IPv4 documentation ranges (192.0.2.0/24, 198.51.100.0/24, 203.0.113.0/24) treated as public internet: for test labs built on them only (repeatable)",
 }
 
 // FlagGroups are the groups of settings, in the order `node start --help`
@@ -115,6 +127,7 @@ var FlagGroups = []FlagGroup{
 	{"faults", "Faults: failures injected on purpose, for drills"},
 	{"http", "Work type http"},
 	{"jsonrpc", "Work type jsonrpc"},
+	{"nat", "NAT: reachability, relays, hole punching and advertised addresses"},
 }
 
 // FlagGroup is one group of settings in the help.
@@ -165,6 +178,9 @@ var group = map[string]string{
 	"jsonrpc-upstream": "jsonrpc", "jsonrpc-chain-id": "jsonrpc", "jsonrpc-head-interval": "jsonrpc",
 
 	"network-authority": "network", "membership-cert": "network",
+	"reachability": "nat", "announce": "nat", "no-announce": "nat", "relay": "nat",
+	"relay-service": "nat", "relay-max-reservations": "nat", "relay-max-circuits": "nat",
+	"relay-limit-bytes": "nat", "relay-limit-duration": "nat", "hole-punching": "nat", "public-ranges": "nat",
 }
 
 // GroupOfFlag returns the FlagGroups name of the setting that BindFlags

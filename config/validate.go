@@ -6,6 +6,7 @@ import (
 	"math"
 	"net"
 	"net/url"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -182,7 +183,51 @@ func (n *NodeConfig) Validate() error {
 		c.failf("newcomer-dials", "newcomer-dials %d must be >= 0", n.NewcomerDials)
 	}
 	positive(&c, "newcomer-dial-interval", n.NewcomerDialInterval)
+	n.validateNAT(&c)
 	return c.join()
+}
+
+// documentationRanges are the IPv4 ranges public-ranges may name.
+var documentationRanges = []string{"192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24"}
+
+// validateNAT checks the NAT settings.
+func (n *NodeConfig) validateNAT(c *checks) {
+	switch n.Reachability {
+	case ReachabilityAuto, ReachabilityPublic, ReachabilityPrivate:
+	default:
+		c.failf("reachability", "reachability %q is not one of auto, public, private", n.Reachability)
+	}
+	for _, l := range []struct {
+		key  string
+		list []string
+	}{{"announce", n.Announce}, {"no-announce", n.NoAnnounce}} {
+		for i, a := range l.list {
+			if !strings.HasPrefix(a, "/") {
+				c.entryf(l.key, i+1, "%s entry %d %q is not a multiaddr (it starts with \"/\")", l.key, i+1, a)
+			}
+		}
+	}
+	for i, a := range n.Relays {
+		if !strings.HasPrefix(a, "/") || !strings.Contains(a, "/p2p/") {
+			c.entryf("relay", i+1, "relay entry %d %q is not a full multiaddr ending in /p2p/<peer-id>", i+1, a)
+		}
+	}
+	if n.RelayService {
+		for _, b := range []struct {
+			key string
+			v   int
+		}{{"relay-max-reservations", n.RelayMaxReservations}, {"relay-max-circuits", n.RelayMaxCircuits}, {"relay-limit-bytes", n.RelayLimitBytes}} {
+			if b.v <= 0 {
+				c.failf(b.key, "%s %d must be positive while relay-service is on", b.key, b.v)
+			}
+		}
+		positive(c, "relay-limit-duration", n.RelayLimitDuration)
+	}
+	for i, r := range n.PublicRanges {
+		if !slices.Contains(documentationRanges, r) {
+			c.entryf("public-ranges", i+1, "public-ranges entry %d %q is not one of %s", i+1, r, strings.Join(documentationRanges, ", "))
+		}
+	}
 }
 
 func notNetworkRune(r rune) bool {

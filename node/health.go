@@ -127,7 +127,9 @@ func (n *Node) Ping(ctx context.Context, p peer.ID) (time.Duration, HealthAnswer
 	ctx, cancel := withDefaultTimeout(ctx, streamTimeout)
 	defer cancel()
 	start := time.Now()
-	s, err := n.host.NewStream(ctx, p, HealthProtocol(n.cfg.Network))
+	// A ping may go over a relayed connection (it is tiny): a peer behind
+	// a NAT no hole punch gets through is alive there.
+	s, err := n.host.NewStream(network.WithAllowLimitedConn(ctx, "health ping"), p, HealthProtocol(n.cfg.Network))
 	if err != nil {
 		return 0, HealthAnswer{}, fmt.Errorf("health ping %s: open stream: %w", p, err)
 	}

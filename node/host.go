@@ -7,6 +7,7 @@ import (
 	"io"
 	"maps"
 	"slices"
+	"time"
 
 	"github.com/libp2p/go-libp2p"
 	libp2pconfig "github.com/libp2p/go-libp2p/config"
@@ -16,6 +17,9 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
 	"github.com/libp2p/go-libp2p/core/sec"
+	"github.com/libp2p/go-libp2p/core/transport"
+	"github.com/libp2p/go-libp2p/p2p/host/autonat"
+	"github.com/libp2p/go-libp2p/p2p/host/autorelay"
 	bhost "github.com/libp2p/go-libp2p/p2p/host/basic"
 	"github.com/libp2p/go-libp2p/p2p/host/eventbus"
 	"github.com/libp2p/go-libp2p/p2p/host/observedaddrs"
@@ -25,12 +29,17 @@ import (
 	"github.com/libp2p/go-libp2p/p2p/net/connmgr"
 	"github.com/libp2p/go-libp2p/p2p/net/swarm"
 	"github.com/libp2p/go-libp2p/p2p/net/upgrader"
+	"github.com/libp2p/go-libp2p/p2p/protocol/autonatv2"
+	"github.com/libp2p/go-libp2p/p2p/protocol/circuitv2/client"
+	relayv2 "github.com/libp2p/go-libp2p/p2p/protocol/circuitv2/relay"
+	"github.com/libp2p/go-libp2p/p2p/protocol/holepunch"
 	"github.com/libp2p/go-libp2p/p2p/security/noise"
 	tls "github.com/libp2p/go-libp2p/p2p/security/tls"
 	quic "github.com/libp2p/go-libp2p/p2p/transport/quic"
 	"github.com/libp2p/go-libp2p/p2p/transport/quicreuse"
 	"github.com/libp2p/go-libp2p/p2p/transport/tcp"
 	ma "github.com/multiformats/go-multiaddr"
+	manet "github.com/multiformats/go-multiaddr/net"
 	msmux "github.com/multiformats/go-multistream"
 	quicgo "github.com/quic-go/quic-go"
 	"github.com/workmesh/workmesh/config"
@@ -87,10 +96,20 @@ func newResourceManager(netName string) (network.ResourceManager, error) {
 	return rm, nil
 }
 
-// newHost builds the libp2p host: QUIC always, TCP only when a listen or
-// bootstrap address uses it, no relay, no NAT port mapping, no AutoNAT, no
-// metrics, and go-libp2p's default connection manager (160 to 192
-// connections) and identify with observed-address discovery.
+// newHost builds a plain libp2p host, without the NAT services (AutoNAT,
+// relays, hole punching): for tests that need a bare host.
+func newHost(key crypto.PrivKey, netName, version string, listen []ma.Multiaddr, _ bool) (host.Host, error) {
+	return newNodeHost(key, netName, version, listen, natSettings{}, &natState{})
+}
+
+// newNodeHost builds the libp2p host: QUIC and TCP (dialing both, listening
+// where listen says), no NAT port mapping, no metrics, go-libp2p's default
+// connection manager (160 to 192 connections), identify with
+// observed-address discovery, and with nat.services: AutoNAT v1 and v2
+// (client and service, dialing back from a host of their own), the circuit
+// relay v2 transport and, while public, service (bounded by
+// nat.relayLimit), a relay finder fed from st.relayCandidates while not
+// public, and hole punching (DCUtR). Every dial passes st's address gater.
 //
 // It assembles the host from go-libp2p's parts (peerstore, event bus,
 // swarm, transports, basic host) as libp2p.New would with these options,
@@ -99,7 +118,7 @@ func newResourceManager(netName string) (network.ResourceManager, error) {
 // which sits on the path of every join (bench/README.md, "Building the host"). Without
 // libp2p.New the event bus also carries no metrics tracer, which
 // libp2p.New attaches even with metrics disabled.
-func newHost(key crypto.PrivKey, netName, version string, listen []ma.Multiaddr, tcpWanted bool) (_ host.Host, err error) {
+func newNodeHost(key crypto.PrivKey, netName, version string, listen []ma.Multiaddr, nat natSettings, st *natState) (_ host.Host, err error) {
 	// closers undo, in reverse, what was built when a later step fails;
 	// once the basic host exists, its Close takes over the parts it owns.
 	var closers []func() error
@@ -137,10 +156,12 @@ func newHost(key crypto.PrivKey, netName, version string, listen []ma.Multiaddr,
 		return nil, fmt.Errorf("libp2p host: quic: %w", err)
 	}
 	closers = append(closers, reuse.Close)
+	gater := newAddrGater(&st.dialsSkipped)
 	sw, err := swarm.NewSwarm(pid, ps, bus,
 		swarm.WithResourceManager(rm),
-		// QUIC is the transport workmesh relies on; a "UDP black hole"
-		// verdict after a few failed dials would cut a node off entirely.
+		swarm.WithConnectionGater(gater),
+		// QUIC is the transport workmesh prefers; a "UDP black hole"
+		// verdict after a few failed dials would cut a node off from it.
 		swarm.WithUDPBlackHoleSuccessCounter(nil))
 	if err != nil {
 		return nil, fmt.Errorf("libp2p host: swarm: %w", err)
@@ -153,14 +174,18 @@ func newHost(key crypto.PrivKey, netName, version string, listen []ma.Multiaddr,
 	if err := sw.AddTransport(qt); err != nil {
 		return nil, fmt.Errorf("libp2p host: quic: %w", err)
 	}
-	if tcpWanted {
-		tt, err := newTCPTransport(key, rm)
-		if err != nil {
-			return nil, fmt.Errorf("libp2p host: tcp: %w", err)
-		}
-		if err := sw.AddTransport(tt); err != nil {
-			return nil, fmt.Errorf("libp2p host: tcp: %w", err)
-		}
+	// TCP always dials, so that a node reaches peers (and a site whose
+	// router drops UDP reaches anyone) on TCP; it listens where listen says.
+	up, err := newUpgrader(key, rm)
+	if err != nil {
+		return nil, fmt.Errorf("libp2p host: tcp: %w", err)
+	}
+	tt, err := tcp.NewTCPTransport(up, rm, nil)
+	if err != nil {
+		return nil, fmt.Errorf("libp2p host: tcp: %w", err)
+	}
+	if err := sw.AddTransport(tt); err != nil {
+		return nil, fmt.Errorf("libp2p host: tcp: %w", err)
 	}
 	observed, err := observedaddrs.NewManager(bus, sw)
 	if err != nil {
@@ -172,38 +197,148 @@ func newHost(key crypto.PrivKey, netName, version string, listen []ma.Multiaddr,
 		return nil, fmt.Errorf("libp2p host: connection manager: %w", err)
 	}
 	closers = append(closers, cm.Close)
-	bh, err := bhost.NewHost(sw, &bhost.HostOpts{
+	opts := &bhost.HostOpts{
 		EventBus:             bus,
 		ConnManager:          cm,
 		UserAgent:            "workmesh/" + version,
 		ObservedAddrsManager: observed,
+		AddrsFactory:         nat.addrsFactory(),
 		// No ping service: the health protocol is workmesh's ping.
-	})
+	}
+	var (
+		dialer      host.Host
+		closeDialer func() error
+	)
+	if nat.services {
+		if dialer, closeDialer, err = newDialerHost(rm); err != nil {
+			return nil, fmt.Errorf("libp2p host: autonat dialer: %w", err)
+		}
+		closers = append(closers, closeDialer)
+		if opts.AutoNATv2, err = autonatv2.New(dialer); err != nil {
+			return nil, fmt.Errorf("libp2p host: autonat v2: %w", err)
+		}
+		opts.EnableRelayService = nat.relayService
+		opts.RelayServiceOpts = []relayv2.Option{relayv2.WithResources(relayResources(nat.relayLimit))}
+		opts.EnableHolePunching = nat.holePunching
+		opts.HolePunchingOptions = []holepunch.Option{holepunch.WithTracer(st)}
+	}
+	bh, err := bhost.NewHost(sw, opts)
 	if err != nil {
 		return nil, fmt.Errorf("libp2p host: %w", err)
 	}
 	h := &ownedHost{BasicHost: bh, after: []func() error{observed.Close, reuse.Close}}
+	if closeDialer != nil {
+		h.after = append(h.after, closeDialer)
+	}
 	closers = []func() error{h.Close}
+	if nat.services {
+		if err := client.AddTransport(bh, up); err != nil {
+			return nil, fmt.Errorf("libp2p host: relay transport: %w", err)
+		}
+	}
 	if err := sw.Listen(listen...); err != nil {
 		return nil, fmt.Errorf("libp2p host: listen: %w", err)
 	}
 	observed.Start(sw)
+	if err := st.watch(bh); err != nil {
+		return nil, err
+	}
+	h.before = append(h.before, st.Close)
 	bh.Start()
+	if !nat.services {
+		return h, nil
+	}
+	if err := startAutoNAT(bh, dialer, nat.reachability); err != nil {
+		return nil, err
+	}
+	if nat.reachability == config.ReachabilityAuto && !gater.onPublicNet {
+		if err := st.assumePrivate(bh); err != nil {
+			return nil, err
+		}
+	}
+	if nat.reachability != config.ReachabilityPublic {
+		st.staticRelays = nat.staticRelays
+		ar, err := autorelay.NewAutoRelay(bh,
+			autorelay.WithPeerSource(st.relayCandidates),
+			autorelay.WithBootDelay(0),
+			autorelay.WithMinCandidates(1),
+			autorelay.WithNumRelays(2),
+			autorelay.WithMinInterval(time.Second),
+			autorelay.WithBackoff(10*time.Second))
+		if err != nil {
+			return nil, fmt.Errorf("libp2p host: relay finder: %w", err)
+		}
+		ar.Start()
+		h.before = append([]func() error{ar.Close}, h.before...)
+	}
 	return h, nil
+}
+
+// startAutoNAT starts AutoNAT v1 on h: answering others' dial-back
+// requests from dialer, and, with reachability auto, asking public peers
+// to dial this host back (at once, then every few seconds until sure);
+// public or private is taken as said. Its verdict drives the relay
+// finder and the relay service.
+func startAutoNAT(h *bhost.BasicHost, dialer host.Host, reachability string) error {
+	opts := []autonat.Option{
+		autonat.EnableService(dialer.Network()),
+		autonat.UsingAddresses(func() []ma.Multiaddr {
+			return slices.DeleteFunc(h.AllAddrs(), func(a ma.Multiaddr) bool { return !manet.IsPublicAddr(a) })
+		}),
+	}
+	switch reachability {
+	case config.ReachabilityPublic:
+		opts = append(opts, autonat.WithReachability(network.ReachabilityPublic))
+	case config.ReachabilityPrivate:
+		opts = append(opts, autonat.WithReachability(network.ReachabilityPrivate))
+	default:
+		opts = append(opts, autonat.WithoutStartupDelay(), autonat.WithSchedule(2*time.Second, 5*time.Minute))
+	}
+	an, err := autonat.New(h, opts...)
+	if err != nil {
+		return fmt.Errorf("libp2p host: autonat: %w", err)
+	}
+	h.SetAutoNat(an)
+	return nil
+}
+
+// relayResources are libp2p's relay v2 defaults with the node's bounds.
+func relayResources(l relayLimits) relayv2.Resources {
+	rc := relayv2.DefaultResources()
+	if l.reservations > 0 {
+		rc.MaxReservations = l.reservations
+	}
+	if l.circuits > 0 {
+		rc.MaxCircuits = l.circuits
+	}
+	rc.Limit = &relayv2.RelayLimit{Duration: l.duration, Data: l.bytes}
+	if rc.Limit.Duration <= 0 {
+		rc.Limit.Duration = relayv2.DefaultLimit().Duration
+	}
+	if rc.Limit.Data <= 0 {
+		rc.Limit.Data = relayv2.DefaultLimit().Data
+	}
+	return rc
 }
 
 // ownedHost is a basic host together with the parts it does not close
 // itself.
 type ownedHost struct {
 	*bhost.BasicHost
-	after []func() error // closed after the host, in order
+	before []func() error // closed before the host, in order
+	after  []func() error // closed after the host, in order
 }
 
-// Close closes the host (its swarm, connections, peerstore, resource and
-// connection managers), then the observed-address manager and the QUIC
-// sockets.
+// Close stops the parts that use the host (the relay finder, the event
+// watcher), closes the host (its swarm, connections, peerstore, resource
+// and connection managers, AutoNAT, relay service, hole punching), then the
+// observed-address manager, the QUIC sockets and the AutoNAT dialer.
 func (h *ownedHost) Close() error {
-	err := h.BasicHost.Close()
+	var err error
+	for _, c := range h.before {
+		err = errors.Join(err, c())
+	}
+	err = errors.Join(err, h.BasicHost.Close())
 	for _, c := range h.after {
 		err = errors.Join(err, c())
 	}
@@ -242,9 +377,9 @@ func newQUICConnManager(key crypto.PrivKey, rm network.ResourceManager) (*quicre
 		quicreuse.VerifySourceAddress(rm.VerifySourceAddress))
 }
 
-// newTCPTransport returns a TCP transport upgraded as libp2p.New's default
-// would: TLS, then Noise, for security, and yamux for streams.
-func newTCPTransport(key crypto.PrivKey, rm network.ResourceManager) (*tcp.TcpTransport, error) {
+// newUpgrader returns the upgrader of TCP and relayed connections, as
+// libp2p.New's default: TLS, then Noise, for security, and yamux for streams.
+func newUpgrader(key crypto.PrivKey, rm network.ResourceManager) (transport.Upgrader, error) {
 	muxers := []upgrader.StreamMuxer{{ID: yamux.ID, Muxer: yamux.DefaultTransport}}
 	tlsSec, err := tls.New(tls.ID, key, muxers)
 	if err != nil {
@@ -254,23 +389,16 @@ func newTCPTransport(key crypto.PrivKey, rm network.ResourceManager) (*tcp.TcpTr
 	if err != nil {
 		return nil, err
 	}
-	up, err := upgrader.New([]sec.SecureTransport{tlsSec, noiseSec}, muxers, nil, rm, nil)
+	return upgrader.New([]sec.SecureTransport{tlsSec, noiseSec}, muxers, nil, rm, nil)
+}
+
+// newTCPTransport returns a TCP transport upgraded by newUpgrader.
+func newTCPTransport(key crypto.PrivKey, rm network.ResourceManager) (*tcp.TcpTransport, error) {
+	up, err := newUpgrader(key, rm)
 	if err != nil {
 		return nil, err
 	}
 	return tcp.NewTCPTransport(up, rm, nil)
-}
-
-// usesTCP reports whether any of the multiaddrs is a TCP address.
-func usesTCP(addrs ...[]ma.Multiaddr) bool {
-	for _, list := range addrs {
-		for _, a := range list {
-			if _, err := a.ValueForProtocol(ma.P_TCP); err == nil {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // newStreamEager opens a stream for proto to p over an existing connection
@@ -321,6 +449,8 @@ type nodeHost struct {
 	// started on it; added are those the node added (see claim).
 	before []protocol.ID
 	added  []protocol.ID
+	// nat follows the host's reachability and addresses.
+	nat *natState
 }
 
 // hostIdentity returns the key the node signs with, the addresses its own
@@ -366,21 +496,26 @@ func hostIdentity(cfg config.NodeConfig, o *options) (crypto.PrivKey, []ma.Multi
 }
 
 // openHost returns the host given with WithHost, noting the protocols it
-// serves already, or builds the node's own: listening on listen, with TCP
-// when a listen or bootstrap address uses it.
-func openHost(key crypto.PrivKey, o *options, network string, listen []ma.Multiaddr, bootstrap []peer.AddrInfo) (*nodeHost, error) {
+// serves already, or builds the node's own: listening on listen, with the
+// NAT services cfg asks for. Either way the node watches the host's
+// reachability and addresses.
+func openHost(key crypto.PrivKey, o *options, cfg config.NodeConfig, listen []ma.Multiaddr) (*nodeHost, error) {
+	st := &natState{}
 	if o.host != nil {
-		return &nodeHost{Host: o.host, before: o.host.Mux().Protocols()}, nil
+		if err := st.watch(o.host); err != nil {
+			return nil, err
+		}
+		return &nodeHost{Host: o.host, before: o.host.Mux().Protocols(), nat: st}, nil
 	}
-	var bsAddrs []ma.Multiaddr
-	for _, ai := range bootstrap {
-		bsAddrs = append(bsAddrs, ai.Addrs...)
-	}
-	h, err := newHost(key, network, o.version, listen, usesTCP(listen, bsAddrs))
+	nat, err := natSettingsOf(cfg)
 	if err != nil {
 		return nil, err
 	}
-	return &nodeHost{Host: h, owned: true}, nil
+	h, err := newNodeHost(key, cfg.Network, o.version, listen, nat, st)
+	if err != nil {
+		return nil, err
+	}
+	return &nodeHost{Host: h, owned: true, nat: st}, nil
 }
 
 // claim records, on a borrowed host, the protocols the node (with its DHT
@@ -405,7 +540,7 @@ func (h *nodeHost) Close() error {
 		for _, p := range h.added {
 			h.RemoveStreamHandler(p)
 		}
-		return nil
+		return h.nat.Close()
 	}
 	if err := h.Host.Close(); err != nil {
 		return fmt.Errorf("host: %w", err)

@@ -7,11 +7,14 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
 	ma "github.com/multiformats/go-multiaddr"
+
+	"github.com/workmesh/workmesh/config"
 	"github.com/workmesh/workmesh/tests/testkit"
 )
 
@@ -101,7 +104,17 @@ func TestHost_CloseReleasesEverything(t *testing.T) {
 	// One node first, so that goroutines started once per process (the
 	// QUIC and DNS machinery's) are not counted against the hosts.
 	startTestNode(t, testConfig(t))
-	before := runtime.NumGoroutine()
+	// Its relay finder and AutoNAT start their goroutines as the host's
+	// first events arrive: the count is taken once it holds still.
+	before := -1
+	testkit.WaitFor(t, 5*time.Second, "the first node's goroutines settle", func() error {
+		n := runtime.NumGoroutine()
+		if n != before {
+			before = n
+			return fmt.Errorf("%d goroutines", n)
+		}
+		return nil
+	})
 	for range 5 {
 		cfg := testConfig(t)
 		cfg.Listen = []string{"/ip4/127.0.0.1/udp/0/quic-v1", "/ip4/127.0.0.1/tcp/0"}
@@ -145,5 +158,125 @@ func TestHost_CloseReleasesEverything(t *testing.T) {
 	}); err != nil {
 		buf := make([]byte, 1<<20)
 		t.Fatalf("the closed hosts' goroutines to end: not within 10s: %v; goroutines:\n%s", err, buf[:runtime.Stack(buf, true)])
+	}
+}
+
+// TestHost_AnnounceAndNoAnnounce: announce replaces the direct addresses
+// (relay addresses kept) and no-announce leaves out what it names, by
+// prefix or by network.
+func TestHost_AnnounceAndNoAnnounce(t *testing.T) {
+	in := []ma.Multiaddr{
+		ma.StringCast("/ip4/192.0.2.5/udp/4001/quic-v1"),
+		ma.StringCast("/ip4/192.0.2.5/tcp/4001"),
+		ma.StringCast("/ip4/10.1.2.3/tcp/4001"),
+		ma.StringCast("/ip4/198.51.100.1/udp/4001/quic-v1/p2p/12D3KooWRRJCf9NM31sVK25xV7p8JnyXmbciDBx3PyWtvRXL1JeA/p2p-circuit"),
+	}
+	strs := func(as []ma.Multiaddr) string {
+		var out []string
+		for _, a := range as {
+			out = append(out, a.String())
+		}
+		return strings.Join(out, " ")
+	}
+	for _, c := range []struct {
+		name             string
+		announce, remove []string
+		want             string
+	}{
+		{"none", nil, nil, ""},
+		{"no-announce by IP prefix and by network", nil, []string{"/ip4/192.0.2.5", "/ip4/10.0.0.0/ipcidr/8"},
+			"/ip4/198.51.100.1/udp/4001/quic-v1/p2p/12D3KooWRRJCf9NM31sVK25xV7p8JnyXmbciDBx3PyWtvRXL1JeA/p2p-circuit"},
+		{"announce keeps relay addresses", []string{"/ip4/203.0.113.9/udp/4001/quic-v1"}, nil,
+			"/ip4/203.0.113.9/udp/4001/quic-v1 /ip4/198.51.100.1/udp/4001/quic-v1/p2p/12D3KooWRRJCf9NM31sVK25xV7p8JnyXmbciDBx3PyWtvRXL1JeA/p2p-circuit"},
+		{"a prefix names whole components only", nil, []string{"/ip4/192.0.2.5/tcp/40"},
+			"/ip4/192.0.2.5/udp/4001/quic-v1 /ip4/192.0.2.5/tcp/4001 /ip4/10.1.2.3/tcp/4001 /ip4/198.51.100.1/udp/4001/quic-v1/p2p/12D3KooWRRJCf9NM31sVK25xV7p8JnyXmbciDBx3PyWtvRXL1JeA/p2p-circuit"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := config.Defaults().Node
+			cfg.Announce, cfg.NoAnnounce = c.announce, c.remove
+			s, err := natSettingsOf(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f := s.addrsFactory()
+			if f == nil {
+				if c.want != "" {
+					t.Fatal("no address factory")
+				}
+				return
+			}
+			if got := strs(f(slices.Clone(in))); got != c.want {
+				t.Errorf("advertised %q, want %q", got, c.want)
+			}
+		})
+	}
+	cfg := config.Defaults().Node
+	cfg.NoAnnounce = []string{"/ip4/nonsense"}
+	if _, err := natSettingsOf(cfg); err == nil || !strings.Contains(err.Error(), "no-announce entry 1") {
+		t.Errorf("a bad no-announce entry: %v", err)
+	}
+}
+
+// TestHost_GaterKeepsPublicHostsOffPrivateAddrs: a host with no private
+// address of its own dials no private address (and counts what it left
+// out); loopback, public and relay addresses it dials; a host on a private
+// network dials private addresses too.
+func TestHost_GaterKeepsPublicHostsOffPrivateAddrs(t *testing.T) {
+	var skipped atomic.Uint64
+	public := &addrGater{skipped: &skipped}
+	onLAN := &addrGater{onPrivateNet: true, skipped: &skipped}
+	for _, c := range []struct {
+		addr          string
+		public, onLAN bool
+	}{
+		{"/ip4/192.168.1.7/udp/4001/quic-v1", false, true},
+		{"/ip4/10.0.0.1/tcp/4001", false, true},
+		{"/ip4/127.0.0.1/tcp/4001", true, true},
+		{"/ip4/8.8.8.8/tcp/4001", true, true},
+		{"/ip4/8.8.8.8/udp/4001/quic-v1/p2p/12D3KooWRRJCf9NM31sVK25xV7p8JnyXmbciDBx3PyWtvRXL1JeA/p2p-circuit", true, true},
+	} {
+		a := ma.StringCast(c.addr)
+		if got := public.InterceptAddrDial("", a); got != c.public {
+			t.Errorf("public host dials %s: %v, want %v", c.addr, got, c.public)
+		}
+		if got := onLAN.InterceptAddrDial("", a); got != c.onLAN {
+			t.Errorf("host on a LAN dials %s: %v, want %v", c.addr, got, c.onLAN)
+		}
+	}
+	if got := skipped.Load(); got != 2 {
+		t.Errorf("dials skipped: %d, want 2", got)
+	}
+}
+
+// TestHost_ReachabilityAndConnection: a node told its reachability reports
+// it; two nodes on loopback are none to each other, then direct.
+func TestHost_ReachabilityAndConnection(t *testing.T) {
+	cfgA := testConfig(t)
+	cfgA.Reachability = config.ReachabilityPublic
+	a := startTestNode(t, cfgA)
+	cfgB := testConfig(t)
+	cfgB.Reachability = config.ReachabilityPrivate
+	b := startTestNode(t, cfgB)
+	for n, want := range map[*Node]string{a: "public", b: "private"} {
+		testkit.WaitFor(t, 5*time.Second, "reachability "+want, func() error {
+			if got := n.Reachability(); got != want {
+				return fmt.Errorf("reachability %s", got)
+			}
+			return nil
+		})
+	}
+	if got := a.Connection(b.ID()); got != ConnNone {
+		t.Errorf("before a dial: %s, want none", got)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := b.Host().Connect(ctx, peer.AddrInfo{ID: a.ID(), Addrs: a.Host().Addrs()}); err != nil {
+		t.Fatal(err)
+	}
+	if got := a.Connection(b.ID()); got != ConnDirect {
+		t.Errorf("after a dial: %s, want direct", got)
+	}
+	if ctx, err := a.OverRelay(ctx, b.ID(), 1<<20); err != nil || ctx == nil {
+		t.Errorf("work over a direct connection is never refused: %v", err)
 	}
 }

@@ -25,7 +25,8 @@ var (
 // and reason) and the gossip messages dropped for full queues. Register it
 // in the node's own registry; it reads the counts at scrape time.
 func (n *Node) Collector() prometheus.Collector {
-	return scrape.Collector(n.collect, []*prometheus.Desc{descGossipDropped}, n.table.Collector())
+	return scrape.Collector(n.collect, []*prometheus.Desc{descGossipDropped}, n.table.Collector(),
+		scrape.Collector(n.collectNAT, []*prometheus.Desc{descHolePunches, descRelayReservations, descDialsSkipped, descRelayedWork, descReachability}))
 }
 
 // collect sends the gossip drops counted so far.

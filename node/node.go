@@ -123,7 +123,7 @@ func New(ctx context.Context, cfg config.NodeConfig, opts ...Option) (*Node, err
 		lock.Close()
 		return nil, fmt.Errorf("node: %w", err)
 	}
-	h, err := openHost(key, &o, cfg.Network, listen, bootstrap)
+	h, err := openHost(key, &o, cfg, listen)
 	if err != nil {
 		lock.Close()
 		return nil, fmt.Errorf("node: %w", err)
@@ -160,6 +160,7 @@ func New(ctx context.Context, cfg config.NodeConfig, opts ...Option) (*Node, err
 	if err := n.records.resign(); err != nil {
 		return fail(err)
 	}
+	n.watchNAT()
 	h.SetStreamHandler(HealthProtocol(cfg.Network), n.handleHealth)
 
 	n.members = newMembership(h.Host, cfg.Network, n.table, n.records, n, bootstrap, cfg.RecordTTL, o.log)

@@ -283,6 +283,19 @@ func (l *Liveness) DuePolls() []Poll {
 	return out
 }
 
+// PollFor returns a poll of the peer's current entry, due or not (a probe
+// that something other than the schedule asks for: a new connection, a new
+// record), and false when the peer is not known.
+func (l *Liveness) PollFor(id string) (Poll, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	h := l.peers[id]
+	if h == nil {
+		return Poll{}, false
+	}
+	return Poll{Peer: id, gen: h.gen}, true
+}
+
 // ReportPoll is Report for a poll DuePolls returned.
 func (l *Liveness) ReportPoll(p Poll, ok bool) (Transition, bool) {
 	l.mu.Lock()

@@ -290,11 +290,11 @@ func TestCLIOperator(t *testing.T) {
 		if lines[0] != "3 peers: 3 alive" {
 			t.Errorf("headline %q, want \"3 peers: 3 alive\"", lines[0])
 		}
-		header := regexp.MustCompile(`^PEER\s+STATE\s+SCORE\s+LABELS\s+WORK TYPES\s+LOAD\s+RTT\s+LAST SEEN\s*$`)
+		header := regexp.MustCompile(`^PEER\s+STATE\s+SCORE\s+LABELS\s+WORK TYPES\s+LOAD\s+RTT\s+LAST SEEN\s+CONN\s*$`)
 		if len(lines) < 5 || !header.MatchString(lines[1]) {
 			t.Fatalf("no header line:\n%s", screen)
 		}
-		row := regexp.MustCompile(`^…\S{8}\s+alive\s+(\d\.\d\d|unrated|\S+=\S+.*)\s+\S+\s+\S+\s+\d+\+\d+/\d+\s+\d+(\.\d+)?(µs|ms)\s+\d+s ago\s*$`)
+		row := regexp.MustCompile(`^…\S{8}\s+alive\s+(\d\.\d\d|unrated|\S+=\S+.*)\s+\S+\s+\S+\s+\d+\+\d+/\d+\s+\d+(\.\d+)?(µs|ms)\s+\d+s ago\s+(direct|relayed|none)\s*$`)
 		rows := 0
 		for _, l := range lines[2:] {
 			if l == "" {

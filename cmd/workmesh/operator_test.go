@@ -242,7 +242,7 @@ func TestPeerTableRendering(t *testing.T) {
 	out := buf.String()
 	for _, want := range []string{
 		"2 peers: 1 alive, 1 unreachable",
-		"PEER", "STATE", "SCORE", "LABELS", "WORK TYPES", "LOAD", "RTT", "LAST SEEN",
+		"PEER", "STATE", "SCORE", "LABELS", "WORK TYPES", "LOAD", "RTT", "LAST SEEN", "CONN",
 		"…peerAAAA", "echo=0.90 sha256=0.50", "full", "echo,sha256@12", "1+0/4", "420µs", "3s ago",
 		"…peerBBBB", "unreachable", "unrated", "failed", "-",
 		"…peerBBBB unreachable: stalled: 2 accepted work requests left unanswered past their deadline\n",

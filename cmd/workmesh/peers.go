@@ -189,7 +189,7 @@ func printPeerTable(w io.Writer, peers []apiv1.PeerStatus, workType string, wide
 	}
 	fmt.Fprintf(w, "%d %s: %s\n", len(peers), noun, strings.Join(parts, ", "))
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	header := "PEER\tSTATE\tSCORE\tLABELS\tWORK TYPES\tLOAD\tRTT\tLAST SEEN"
+	header := "PEER\tSTATE\tSCORE\tLABELS\tWORK TYPES\tLOAD\tRTT\tLAST SEEN\tCONN"
 	if wide {
 		header += "\tVERSION\tADDRS"
 	}
@@ -214,9 +214,9 @@ func printPeerTable(w io.Writer, peers []apiv1.PeerStatus, workType string, wide
 		case p.RTTMS != nil:
 			rtt = fmtMS(*p.RTTMS)
 		}
-		line := fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%d+%d/%d\t%s\t%s",
+		line := fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%d+%d/%d\t%s\t%s\t%s",
 			id, stateOf(p), scoreOf(p, workType), dash(strings.Join(p.Labels, ",")), dash(strings.Join(types, ",")),
-			p.Load.InFlight, p.Load.Queued, p.Capacity.MaxConcurrent, rtt, ago(now, p.LastSeen))
+			p.Load.InFlight, p.Load.Queued, p.Capacity.MaxConcurrent, rtt, ago(now, p.LastSeen), dash(p.Connection))
 		if wide {
 			line += fmt.Sprintf("\t%s\t%s", dash(p.Version), dash(strings.Join(p.Addrs, ",")))
 		}

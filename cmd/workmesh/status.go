@@ -49,6 +49,16 @@ func printStatus(w io.Writer, api string, v apiv1.StatusView) {
 	fmt.Fprintf(w, "addrs:      %s\n", dash(strings.Join(v.Addrs, " ")))
 	fmt.Fprintf(w, "join with:  %s\n", dash(v.Join))
 	fmt.Fprintf(w, "membership: %s\n", membershipText(v))
+	if v.Reachability != "" {
+		line := fmt.Sprintf("reachable:  %s", v.Reachability)
+		if v.NAT != nil {
+			line += fmt.Sprintf("; %d relay slots, hole punches %d of %d, %d work over relays",
+				v.NAT.RelayReservations, v.NAT.HolePunchesSucceeded, v.NAT.HolePunchesTried, v.NAT.RelayedWork)
+		}
+		fmt.Fprintln(w, line)
+		fmt.Fprintf(w, "advertised: %s\n", dash(strings.Join(v.AdvertisedAddrs, " ")))
+		fmt.Fprintf(w, "relay via:  %s\n", dash(strings.Join(v.RelayAddrs, " ")))
+	}
 	fmt.Fprintf(w, "peers:      %d fresh, %d connected, %d known\n", v.Peers.Fresh, v.Peers.Connected, v.Peers.Known)
 	fmt.Fprintf(w, "liveness:   %d alive, %d unreachable, %d probing\n", v.Liveness.Alive, v.Liveness.Unreachable, v.Liveness.Probing)
 	line := fmt.Sprintf("dispatch:   %d in flight", v.InFlight)

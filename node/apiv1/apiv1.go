@@ -296,6 +296,9 @@ type PeerStatus struct {
 	// (work accepted and left unanswered), no poll answered yet. Absent
 	// while it is alive.
 	Reason string `json:"reason,omitempty"`
+	// Connection is direct, relayed (only through a relay, until a hole
+	// punch makes it direct) or none.
+	Connection string `json:"connection,omitempty"`
 }
 
 // PlanRequest is what GET /v1/plan asks: a request's work type and the
@@ -463,6 +466,16 @@ type StatusView struct {
 	// OpenNetwork is true when no network authority is set: any peer may
 	// join. The JSON always derives it from NetworkAuthority.
 	OpenNetwork bool `json:"open_network"`
+	// Reachability is public, private or unknown: whether hosts anywhere
+	// can dial this node directly (AutoNAT's verdict, or the reachability
+	// setting).
+	Reachability string `json:"reachability,omitempty"`
+	// AdvertisedAddrs are the addresses in the node's signed record.
+	AdvertisedAddrs []string `json:"advertised_addrs,omitempty"`
+	// RelayAddrs are those of AdvertisedAddrs that go through a relay.
+	RelayAddrs []string `json:"relay_addrs,omitempty"`
+	// NAT counts hole punches and relay slots.
+	NAT *NATStats `json:"nat,omitempty"`
 }
 
 // MarshalJSON writes v with OpenNetwork derived from NetworkAuthority, so
@@ -477,3 +490,19 @@ func (v StatusView) MarshalJSON() ([]byte, error) {
 // Millis is d in milliseconds, to the microsecond: the unit of the
 // bodies' duration_ms fields.
 func Millis(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// NATStats counts what a node did to be reached from behind NAT.
+type NATStats struct {
+	// HolePunchesTried and HolePunchesSucceeded count hole punches (DCUtR).
+	HolePunchesTried     uint64 `json:"hole_punches_tried"`
+	HolePunchesSucceeded uint64 `json:"hole_punches_succeeded"`
+	// RelayReservations is the relays this node holds a slot on now.
+	RelayReservations int `json:"relay_reservations"`
+	// DialsSkipped counts dials to addresses this node cannot reach (a
+	// private address of another site) that were not made.
+	DialsSkipped uint64 `json:"dials_skipped"`
+	// RelayedWork counts work requests sent over relayed connections.
+	RelayedWork uint64 `json:"relayed_work"`
+	// LastHolePunchError says why the last failed hole punch failed.
+	LastHolePunchError string `json:"last_hole_punch_error,omitempty"`
+}

@@ -78,8 +78,8 @@ func (ds *dials) wait(ctx context.Context, id string) error {
 func (d *Dispatcher) connect(ctx context.Context, id string) error {
 	pid := peer.ID(id)
 	h := d.node.Host()
-	if h.Network().Connectedness(pid) == network.Connected {
-		return nil
+	if c := h.Network().Connectedness(pid); c == network.Connected || c == network.Limited {
+		return nil // a relayed (limited) connection is judged by the attempt (OverRelay)
 	}
 	// The node says which of the peer's addresses may be dialed: those it
 	// was observed at, or, within the newcomer budget, its record's word.
@@ -87,7 +87,7 @@ func (d *Dispatcher) connect(ctx context.Context, id string) error {
 	if err != nil {
 		return &dialError{timeout: d.cfg.Worker.ConnectTimeout, err: err}
 	}
-	cctx, cancel := context.WithTimeout(ctx, d.cfg.Worker.ConnectTimeout)
+	cctx, cancel := context.WithTimeout(network.WithAllowLimitedConn(ctx, "workmesh dial"), d.cfg.Worker.ConnectTimeout)
 	defer cancel()
 	start := time.Now()
 	if err := h.Connect(cctx, info); err != nil {

@@ -315,6 +315,11 @@ func (d *Dispatcher) attempt(ctx context.Context, req WorkRequest, pk selection.
 		}
 		return r
 	}
+	ctx, err := d.node.OverRelay(ctx, id, len(req.Payload))
+	if err != nil {
+		r.outcome, r.err, r.dur = workers.Unsupported, err, time.Since(start)
+		return r
+	}
 	// The request's deadline (ctx's) bounds the attempt: work that runs
 	// may take all of it. What bounds a worker that has gone silent is the
 	// accept timeout: a worker that has not taken the work within it is

@@ -5,7 +5,10 @@ import (
 	"sync"
 	"time"
 
+	lpevent "github.com/libp2p/go-libp2p/core/event"
+	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/p2p/host/eventbus"
 	"github.com/sirupsen/logrus"
 
 	"github.com/workmesh/workmesh/node"
@@ -38,6 +41,56 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	var mu sync.Mutex
 	polling := map[string]bool{}
 	sem := make(chan struct{}, 16) // polls in flight at once
+	startPoll := func(due selection.Poll) bool {
+		id := due.Peer
+		if len(sem) == cap(sem) {
+			return false
+		}
+		mu.Lock()
+		busy := polling[id]
+		polling[id] = true
+		mu.Unlock()
+		if busy {
+			return true
+		}
+		sem <- struct{}{} // never blocks: only this loop sends
+		wg.Go(func() {
+			defer func() { <-sem }()
+			d.poll(ctx, due)
+			mu.Lock()
+			delete(polling, id)
+			mu.Unlock()
+		})
+		return true
+	}
+	// Liveness learns from the network: a new connection from a peer it
+	// holds unreachable (it came back, or its site's link did) is probed
+	// at once instead of at the end of its redial backoff.
+	conns := d.connectedPeers()
+	defer conns.Close()
+	// A new record from a peer liveness holds unreachable (new addresses:
+	// a relay slot it reserved, a link back) is probed at once too.
+	seqs := map[string]uint64{}
+	probeNewRecords := func() {
+		live := d.sel.Liveness()
+		if live.Counts()[selection.StateUnreachable] == 0 {
+			clear(seqs)
+			return
+		}
+		for _, pi := range table.Peers() {
+			id := string(pi.Data.PeerID)
+			if live.State(id) != selection.StateUnreachable {
+				delete(seqs, id)
+				continue
+			}
+			if seq, seen := seqs[id]; seen && seq != pi.Data.Sequence {
+				if due, ok := live.PollFor(id); ok {
+					startPoll(due)
+				}
+			}
+			seqs[id] = pi.Data.Sequence
+		}
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -52,6 +105,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			// of their own, which bounds the syncs while a network
 			// forms.
 			changed = table.Changed()
+			probeNewRecords()
 			switch {
 			case syncC == nil:
 				d.syncPeers()
@@ -71,32 +125,23 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 				d.syncPeers()
 				syncC = time.After(d.syncDelay)
 			}
+		case ev := <-conns.Out():
+			if e, ok := ev.(lpevent.EvtPeerConnectednessChanged); ok && e.Connectedness == network.Connected &&
+				d.sel.Liveness().State(string(e.Peer)) == selection.StateUnreachable {
+				if due, ok := d.sel.Liveness().PollFor(string(e.Peer)); ok {
+					startPoll(due)
+				}
+			}
 		case <-ticker.C:
 			d.sel.MaybeRefresh()
 			for _, due := range d.sel.Liveness().DuePolls() {
-				id := due.Peer
-				if len(sem) == cap(sem) {
+				if !startPoll(due) {
 					// Every poll slot is taken (dead peers hold theirs for
 					// a whole timeout): the rest stay due for a later tick.
 					// Waiting here would stall the peer sync and the
 					// ranking refresh behind the slowest polls.
 					break
 				}
-				mu.Lock()
-				busy := polling[id]
-				polling[id] = true
-				mu.Unlock()
-				if busy {
-					continue
-				}
-				sem <- struct{}{} // never blocks: only this loop sends
-				wg.Go(func() {
-					defer func() { <-sem }()
-					d.poll(ctx, due)
-					mu.Lock()
-					delete(polling, id)
-					mu.Unlock()
-				})
 			}
 		}
 	}
@@ -263,3 +308,20 @@ func peerOf(pi node.PeerInfo) selection.Peer {
 	}
 	return p
 }
+
+// connectedPeers subscribes to the host's connection changes; a host whose
+// bus refuses gives a subscription that never fires.
+func (d *Dispatcher) connectedPeers() lpevent.Subscription {
+	sub, err := d.node.Host().EventBus().Subscribe(new(lpevent.EvtPeerConnectednessChanged), eventbus.Name("workmesh dispatch liveness"))
+	if err != nil {
+		d.log.WithError(err).Warn("liveness: no connection events")
+		return noEvents{}
+	}
+	return sub
+}
+
+type noEvents struct{}
+
+func (noEvents) Out() <-chan any { return nil }
+func (noEvents) Close() error    { return nil }
+func (noEvents) Name() string    { return "none" }

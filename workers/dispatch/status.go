@@ -42,6 +42,7 @@ func (d *Dispatcher) Status() apiv1.StatusView {
 	for r, n := range table.Rejections() {
 		v.Rejections[r.String()] = n
 	}
+	d.node.SetNATStatus(&v)
 	return v
 }
 
@@ -60,7 +61,8 @@ func (d *Dispatcher) PeerStatuses() []apiv1.PeerStatus {
 		ps := apiv1.PeerStatus{
 			PeerView: node.NewPeerView(pi), State: live.State(raw).String(),
 			Failures: live.Failures(raw), Scores: []apiv1.TypeScore{},
-			Reason: live.Reason(raw),
+			Reason:     live.Reason(raw),
+			Connection: d.node.Connection(pi.Data.PeerID),
 		}
 		if left(pi) {
 			ps.State = apiv1.StateLeft

@@ -98,6 +98,9 @@ func (n *Node) handleHealth(s network.Stream) {
 	if err = s.SetDeadline(time.Now().Add(streamTimeout)); err != nil {
 		return
 	}
+	if err = n.refuseStranger(s, "health ping"); err != nil {
+		return
+	}
 	var req healthRequest
 	if err = readJSONFrame(s, &req, maxRequestFrame); err != nil {
 		n.log.WithField("peer", s.Conn().RemotePeer().String()).Debugf("health: bad request: %v", err)
@@ -193,6 +196,9 @@ func (n *Node) handleNodeData(s network.Stream) {
 		if err = n.takePush(in, from); err != nil {
 			return
 		}
+	}
+	if err = n.refuseStranger(s, "nodedata"); err != nil {
+		return
 	}
 	// What the answer may cost (see syncAmplification, syncBudget): a peer
 	// the table holds a fresh record of draws on its byte budget; any

@@ -30,6 +30,9 @@ type recordPublisher struct {
 	version  string
 	network  string
 	labels   []string
+	// cert is the node's membership certificate, carried in its record
+	// (nil in an open network).
+	cert     []byte
 	start    time.Time
 	interval time.Duration
 	// gossip carries the records; its announcer runs once the node's
@@ -58,6 +61,7 @@ func newRecordPublisher(cfg config.NodeConfig, o *options, key crypto.PrivKey, h
 		version:    o.version,
 		network:    cfg.Network,
 		labels:     cfg.Labels,
+		cert:       certBytes(o.cert),
 		start:      time.Now(),
 		interval:   cfg.AnnounceInterval,
 		gossip:     g,
@@ -153,6 +157,7 @@ func (r *recordPublisher) resignLocked() error {
 		Load:      r.state.Load(),
 		StartTime: r.start.UTC(),
 		Sequence:  seq,
+		Cert:      r.cert,
 	}
 	if err := nd.check(); err != nil {
 		return fmt.Errorf("own nodedata: %w", err)

@@ -39,7 +39,8 @@ func newNetworkCommand() *cobra.Command {
 			"not refuse non-members yet, and every network is still open (README, \"Membership (preview)\").",
 		Args: cobra.NoArgs,
 	}
-	cmd.AddCommand(newNetworkInitCommand(), newNetworkAdmitCommand(), newNetworkRevokeCommand(), newNetworkInspectCommand())
+	cmd.AddCommand(newNetworkInitCommand(), newNetworkAdmitCommand(), newNetworkRevokeCommand(), newNetworkInspectCommand(),
+		newNetworkPublishCommand())
 	return cmd
 }
 

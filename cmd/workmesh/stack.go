@@ -122,15 +122,22 @@ func startStack(ctx context.Context, cfg config.Config, log *logrus.Logger, opts
 		return nil, err
 	}
 	state := pool.NewLocalState(local, inj)
+	memberOpts, err := membershipOptions(cfg.Membership)
+	if err != nil {
+		return fail(err)
+	}
 	nodeOpts := append([]node.Option{
 		node.WithLogger(log), node.WithVersion(version), node.WithLocalState(state), node.WithHealthCheck(state.Health),
 		node.WithAPIToken(cfg.Access.APIToken), node.WithInfo("faults", func() any { return inj.View() }),
-	}, so.nodeOpts...)
+	}, append(memberOpts, so.nodeOpts...)...)
 	n, err := node.New(sctx, cfg.Node, nodeOpts...)
 	if err != nil {
 		return fail(err)
 	}
 	s.node = n
+	if n.Members() != nil {
+		acc.RequireMembers(n.IsMember)
+	}
 	extra.protectOwnPorts(n)
 	if s.server, err = protocol.NewServer(n.Host(), n.Network(), local, protocol.WithLogger(log),
 		protocol.WithObserver(servedLogger(log)), protocol.WithPeerLimiter(acc), protocol.WithInterceptor(inj)); err != nil {

@@ -23,13 +23,13 @@ const announceMinGap = 100 * time.Millisecond
 // whenever what the node advertises changes, and publishes it on gossip,
 // on request (Announce) and every announce-interval.
 type recordPublisher struct {
-	log      *logrus.Logger
-	key      crypto.PrivKey
-	host     host.Host
-	state    LocalState
-	version  string
-	network  string
-	labels   []string
+	log     *logrus.Logger
+	key     crypto.PrivKey
+	host    host.Host
+	state   LocalState
+	version string
+	network string
+	labels  []string
 	// cert is the node's membership certificate, carried in its record
 	// (nil in an open network).
 	cert     []byte

@@ -283,8 +283,14 @@ func certBytes(c *authority.Certificate) []byte {
 }
 
 // RevocationsPath is the local API route a revocation is published at:
-// POST with the revocation file's bytes as the body.
+// POST with a RevocationRequest as the body.
 const RevocationsPath = "/v1/revocations"
+
+// RevocationRequest is the body of POST /v1/revocations.
+type RevocationRequest struct {
+	// Revocation is the revocation file's bytes (base64 in JSON).
+	Revocation []byte `json:"revocation"`
+}
 
 // RevocationAnswer is the answer to POST /v1/revocations.
 type RevocationAnswer struct {
@@ -299,18 +305,24 @@ type RevocationAnswer struct {
 // every route.
 func (n *Node) memberRoutes() error {
 	return n.api.Handle("POST "+RevocationsPath, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		b, err := io.ReadAll(io.LimitReader(r.Body, authority.MaxEncoded+1))
+		raw, err := io.ReadAll(io.LimitReader(r.Body, 4*authority.MaxEncoded+1))
 		if err != nil {
-			httpapi.WriteError(w, http.StatusBadRequest, "", "read the revocation: %v", err)
+			httpapi.WriteError(w, http.StatusBadRequest, "", "read the body: %v", err)
 			return
 		}
-		if len(b) > authority.MaxEncoded {
-			httpapi.WriteError(w, http.StatusRequestEntityTooLarge, "", "body: more than the %d bytes of a revocation", authority.MaxEncoded)
+		if len(raw) > 4*authority.MaxEncoded {
+			httpapi.WriteError(w, http.StatusRequestEntityTooLarge, "", "body: more than the %d bytes a revocation needs", 4*authority.MaxEncoded)
 			return
 		}
+		var req RevocationRequest
+		if err := decodeStrict(raw, &req); err != nil {
+			httpapi.WriteError(w, http.StatusBadRequest, "", "body: %v", err)
+			return
+		}
+		b := req.Revocation
 		rev, err := authority.DecodeRevocation(b)
 		if err != nil {
-			httpapi.WriteError(w, http.StatusBadRequest, "", "body: %v", err)
+			httpapi.WriteError(w, http.StatusBadRequest, "revocation", "revocation: %v", err)
 			return
 		}
 		changed, err := n.PublishRevocation(r.Context(), b)
@@ -324,4 +336,28 @@ func (n *Node) memberRoutes() error {
 		}
 		n.writeJSON(w, RevocationAnswer{Peer: rev.Peer().String(), New: changed})
 	}))
+}
+
+// attestedLabels is the view of p's attested labels: nil in an open
+// network, never nil for a member.
+func attestedLabels(p PeerInfo) []string {
+	if p.Cert == nil {
+		return nil
+	}
+	return nonNil(p.Cert.Labels())
+}
+
+// declaredLabels are the labels p declares that its certificate does not
+// attest (nil in an open network).
+func declaredLabels(p PeerInfo) []string {
+	if p.Cert == nil {
+		return nil
+	}
+	var out []string
+	for _, l := range p.Data.Labels {
+		if !p.Cert.HasLabel(l) {
+			out = append(out, l)
+		}
+	}
+	return out
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -86,11 +87,15 @@ func postRevocation(ctx context.Context, api string, b []byte) (node.RevocationA
 	ctx, cancel := context.WithTimeout(ctx, clientTimeout)
 	defer cancel()
 	url := "http://" + api + node.RevocationsPath
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(b))
+	body, err := json.Marshal(node.RevocationRequest{Revocation: b})
+	if err != nil {
+		return node.RevocationAnswer{}, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		return node.RevocationAnswer{}, usageError{fmt.Errorf("--api %q: %w", api, err)}
 	}
-	req.Header.Set("Content-Type", "application/octet-stream")
+	req.Header.Set("Content-Type", "application/json")
 	authorize(req)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -117,4 +122,18 @@ func postRevocation(ctx context.Context, api string, b []byte) (node.RevocationA
 		msg = "not served: the node has no network-authority (an open network has nothing to revoke)"
 	}
 	return node.RevocationAnswer{}, exitError{exitUnavailable, errors.New("POST " + url + ": " + resp.Status + ": " + msg)}
+}
+
+// markDeclared is a peer's labels as `peers` prints them: in a closed
+// network the attested ones as they are, each self-declared one (which no
+// group counts) followed by "(self-declared)".
+func markDeclared(p apiv1.PeerView) []string {
+	if p.AttestedLabels == nil && p.DeclaredLabels == nil {
+		return p.Labels
+	}
+	out := slices.Clone(p.AttestedLabels)
+	for _, l := range p.DeclaredLabels {
+		out = append(out, l+"(self-declared)")
+	}
+	return out
 }

@@ -27,8 +27,8 @@ import (
 	"github.com/workmesh/workmesh/node/apiv1"
 	"github.com/workmesh/workmesh/node/authority"
 	"github.com/workmesh/workmesh/pubsub"
-	wprotocol "github.com/workmesh/workmesh/workers/protocol"
 	"github.com/workmesh/workmesh/tests/testkit"
+	wprotocol "github.com/workmesh/workmesh/workers/protocol"
 )
 
 // membershipNetwork is the closed network of the membership tests.

@@ -21,26 +21,39 @@ import (
 
 // membershipOptions returns the node option of a closed network (none for
 // an open one): the authority of network-authority and the certificate in
-// membership-cert, which the settings checked when they were loaded.
-func membershipOptions(m config.MembershipConfig) ([]node.Option, error) {
+// membership-cert, which the settings checked when they were loaded. The
+// labels are those that count for the local worker: in a closed network
+// the certificate's only, otherwise the node's own.
+func membershipOptions(cfg config.Config) ([]node.Option, []string, error) {
+	opts, cert, err := membershipNodeOptions(cfg.Membership)
+	if err != nil || opts == nil {
+		return opts, cfg.Node.Labels, err
+	}
+	if cert == nil {
+		return opts, nil, nil
+	}
+	return opts, cert.Labels(), nil
+}
+
+func membershipNodeOptions(m config.MembershipConfig) ([]node.Option, *authority.Certificate, error) {
 	if m.NetworkAuthority == "" {
-		return nil, nil
+		return nil, nil, nil
 	}
 	auth, err := authority.ParsePublicKey(m.NetworkAuthority)
 	if err != nil {
-		return nil, usageError{fmt.Errorf("network-authority: %w", err)}
+		return nil, nil, usageError{fmt.Errorf("network-authority: %w", err)}
 	}
 	var cert *authority.Certificate
 	if m.MembershipCert != "" {
 		b, err := readStatement(m.MembershipCert)
 		if err != nil {
-			return nil, usageError{fmt.Errorf("membership-cert: %w", err)}
+			return nil, nil, usageError{fmt.Errorf("membership-cert: %w", err)}
 		}
 		if cert, err = authority.DecodeCertificate(b); err != nil {
-			return nil, usageError{fmt.Errorf("membership-cert %q: %w", m.MembershipCert, err)}
+			return nil, nil, usageError{fmt.Errorf("membership-cert %q: %w", m.MembershipCert, err)}
 		}
 	}
-	return []node.Option{node.WithMembership(auth, cert)}, nil
+	return []node.Option{node.WithMembership(auth, cert)}, cert, nil
 }
 
 func newNetworkPublishCommand() *cobra.Command {

@@ -122,7 +122,7 @@ func startStack(ctx context.Context, cfg config.Config, log *logrus.Logger, opts
 		return nil, err
 	}
 	state := pool.NewLocalState(local, inj)
-	memberOpts, err := membershipOptions(cfg.Membership)
+	memberOpts, localLabels, err := membershipOptions(cfg)
 	if err != nil {
 		return fail(err)
 	}
@@ -143,7 +143,11 @@ func startStack(ctx context.Context, cfg config.Config, log *logrus.Logger, opts
 		protocol.WithObserver(servedLogger(log)), protocol.WithPeerLimiter(acc), protocol.WithInterceptor(inj)); err != nil {
 		return fail(err)
 	}
-	if s.disp, err = dispatch.New(cfg, n, local, dispatch.WithLogger(log), dispatch.WithCatalog(knownTypes())); err != nil {
+	// The local worker's labels, for a request's required labels: in a
+	// closed network the attested ones only.
+	dcfg := cfg
+	dcfg.Node.Labels = localLabels
+	if s.disp, err = dispatch.New(dcfg, n, local, dispatch.WithLogger(log), dispatch.WithCatalog(knownTypes())); err != nil {
 		return fail(err)
 	}
 	if s.api, err = api.NewWork(s.dispatch, api.WithLogger(log)); err != nil {

@@ -1,8 +1,12 @@
 package node
 
 import (
+	"context"
+	"errors"
 	"testing"
 	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/workmesh/workmesh/node/authority"
 	"github.com/workmesh/workmesh/tests/testkit"
@@ -104,5 +108,62 @@ func TestMembersTable(t *testing.T) {
 	}
 	if _, err := members.Revoke(forged, now.Add(time.Hour)); err == nil {
 		t.Error("a revocation by another authority was kept")
+	}
+}
+
+// TestClosedNetworkNodes runs three nodes on loopback: two members of a
+// closed network (one with a certificate that expires in a second or two)
+// and a stranger without a certificate. The members know each other; the
+// stranger's record is refused (not_member) and its health ping reset;
+// the expiring member leaves the other's table at its expiry without a
+// restart or a new record.
+func TestClosedNetworkNodes(t *testing.T) {
+	auth, err := authority.Generate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	member := func(expires time.Duration) (*Node, peer.ID) {
+		key, id := newKey(t)
+		now := time.Now()
+		c, err := auth.Admit(testNetwork, id, nil, now.Add(-time.Minute), now.Add(expires))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return startTestNode(t, testConfig(t), WithIdentity(key), WithMembership(auth.Public(), c)), id
+	}
+	a, _ := member(time.Hour)
+	b, bID := member(2 * time.Second)
+	stranger := startTestNode(t, testConfig(t))
+	connect(t, b, a)
+	connect(t, stranger, a)
+	waitKnows(t, a, bID, 5*time.Second)
+	testkit.WaitFor(t, 5*time.Second, "the stranger's record refused", func() error {
+		if n := a.Peers().Rejections()[RejectNotMember]; n == 0 {
+			return errors.New("no not_member rejection yet")
+		}
+		return nil
+	})
+	if _, ok := a.Peers().Get(stranger.ID()); ok {
+		t.Error("the member holds the stranger's record")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, _, err := stranger.Ping(ctx, a.ID()); err == nil {
+		t.Error("the stranger's health ping was answered")
+	}
+	if a.StrangerStreams() == 0 {
+		t.Error("no stranger stream counted")
+	}
+	if _, _, err := b.Ping(ctx, a.ID()); err != nil {
+		t.Errorf("a member's health ping: %v", err)
+	}
+	testkit.WaitFor(t, 5*time.Second, "the expired member leaves the table", func() error {
+		if _, ok := a.Peers().entry(bID); ok {
+			return errors.New("still held")
+		}
+		return nil
+	}, a.Peers().Changed)
+	if a.IsMember(bID) {
+		t.Error("the expired member still counts as one")
 	}
 }

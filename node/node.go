@@ -64,6 +64,10 @@ var networkName = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
 //   - dht (dht.go): the node's records in the DHT and its routing table;
 //   - api (api.go, httpapi): the process's one HTTP server.
 //
+// In a closed network (WithMembership), members.go holds the rule the
+// peer table, the health and nodedata handlers and gossip apply: who is a
+// member, revocations, and the timer that takes expired members out.
+//
 // The peer table, the health and nodedata protocols (health.go) and the
 // API's views belong to Node itself.
 type Node struct {

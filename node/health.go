@@ -231,6 +231,9 @@ func (n *Node) handleNodeData(s network.Stream) {
 		return
 	}
 	sent := 1
+	if sent, err = n.sendRevocations(s, send, sent); err != nil {
+		return
+	}
 	for _, p := range n.table.Peers() {
 		if sent >= maxSyncRecords {
 			break
@@ -383,7 +386,7 @@ func (n *Node) exchangeNodeData(ctx context.Context, p peer.ID, req nodedataRequ
 			if i >= maxSyncRecords {
 				return fmt.Errorf("more than %d records", maxSyncRecords)
 			}
-			if ok, _ := n.gossip.accept(b, p, SourceSync); ok {
+			if n.takeSynced(b, p) {
 				changed++
 			}
 		}

@@ -361,3 +361,49 @@ func declaredLabels(p PeerInfo) []string {
 	}
 	return out
 }
+
+// sendRevocations writes, in a whole-table nodedata answer of a closed
+// network, the revocations the node keeps, before the records (each one
+// within the answer's budget, counted in sent), so that a member that
+// joins after a revocation was published learns of it in its first syncs.
+func (n *Node) sendRevocations(w io.Writer, send func([]byte) bool, sent int) (int, error) {
+	m := n.table.members
+	if m == nil {
+		return sent, nil
+	}
+	for _, r := range m.revs.Kept(n.table.clock.Now()) {
+		if sent >= maxSyncRecords {
+			break
+		}
+		b := r.Encode()
+		if !send(b) {
+			break
+		}
+		if err := writeFrame(w, b); err != nil {
+			return sent, err
+		}
+		sent++
+	}
+	return sent, nil
+}
+
+// takeSynced enters one frame of a nodedata answer: a revocation (closed
+// network) or a record. It reports whether the table changed.
+func (n *Node) takeSynced(b []byte, from peer.ID) bool {
+	if authority.IsRevocation(b) {
+		if n.table.members == nil {
+			return false
+		}
+		r, changed, err := n.gossip.revoke(b)
+		if err != nil {
+			n.log.WithField("from", from.String()).Debugf("synced revocation refused: %v", err)
+			return false
+		}
+		if changed {
+			n.log.WithField("peer", r.Peer().String()).Info("revocation received by sync: the peer is no longer a member")
+		}
+		return changed
+	}
+	ok, _ := n.gossip.accept(b, from, SourceSync)
+	return ok
+}

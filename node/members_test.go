@@ -167,3 +167,59 @@ func TestClosedNetworkNodes(t *testing.T) {
 		t.Error("the expired member still counts as one")
 	}
 }
+
+// TestRevocationReachesLateMember: a revocation published before a member
+// joined reaches it in its first sync, and the revoked peer's record is
+// refused there.
+func TestRevocationReachesLateMember(t *testing.T) {
+	auth, err := authority.Generate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert := func(id peer.ID) *authority.Certificate {
+		now := time.Now()
+		c, err := auth.Admit(testNetwork, id, nil, now.Add(-time.Minute), now.Add(time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	start := func() (*Node, peer.ID) {
+		key, id := newKey(t)
+		return startTestNode(t, testConfig(t), WithIdentity(key), WithMembership(auth.Public(), cert(id))), id
+	}
+	a, _ := start()
+	revoked, revokedID := start()
+	connect(t, revoked, a)
+	waitKnows(t, a, revokedID, 5*time.Second)
+	rev, err := auth.Revoke(testNetwork, revokedID, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if changed, err := a.PublishRevocation(ctx, rev.Encode()); err != nil || !changed {
+		t.Fatalf("publish: changed %v, %v", changed, err)
+	}
+	if a.IsMember(revokedID) {
+		t.Fatal("the publishing member still counts the revoked peer")
+	}
+	late, _ := start()
+	connect(t, late, a)
+	testkit.WaitFor(t, 5*time.Second, "the late member keeps the revocation", func() error {
+		if n := late.Members().Revocations(); n != 1 {
+			return errors.New("no revocation kept")
+		}
+		return nil
+	})
+	connect(t, revoked, late)
+	testkit.WaitFor(t, 5*time.Second, "the revoked peer's record is refused by the late member", func() error {
+		if late.Peers().Rejections()[RejectNotMember] == 0 {
+			return errors.New("no not_member rejection yet")
+		}
+		return nil
+	})
+	if late.IsMember(revokedID) {
+		t.Error("the late member counts the revoked peer")
+	}
+}

@@ -22,12 +22,14 @@ import (
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
+	ma "github.com/multiformats/go-multiaddr"
 
 	"github.com/workmesh/workmesh/node"
 	"github.com/workmesh/workmesh/node/apiv1"
 	"github.com/workmesh/workmesh/node/authority"
 	"github.com/workmesh/workmesh/pubsub"
 	"github.com/workmesh/workmesh/tests/testkit"
+	wworkers "github.com/workmesh/workmesh/workers"
 	wprotocol "github.com/workmesh/workmesh/workers/protocol"
 )
 
@@ -153,7 +155,7 @@ func startStranger(t *testing.T, ctx context.Context, boot *nodeProcess, cert []
 		t.Fatal(err)
 	}
 	t.Cleanup(sub.Cancel)
-	ai, err := peer.AddrInfoFromString(boot.join)
+	ai, err := peer.AddrInfoFromString(strings.Split(boot.join, ",")[0])
 	if err != nil {
 		t.Fatalf("bootstrap %q: %v", boot.join, err)
 	}
@@ -355,6 +357,22 @@ func TestCLIMembershipStrangersGetNoWork(t *testing.T) {
 		}
 		return nil
 	})
+	// A stranger that sends work to a member is refused.
+	w1ID, err := peer.Decode(workers[0].peerID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fakes[0].h.Connect(ctx, peer.AddrInfo{ID: w1ID, Addrs: mustAddrs(t, workers[0].join)}); err != nil {
+		t.Fatalf("stranger connect to a worker: %v", err)
+	}
+	wc, err := wprotocol.NewClient(fakes[0].h, membershipNetwork)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := wc.Do(ctx, w1ID, wprotocol.Request{ID: "stranger-1", Type: "sha256", Payload: []byte("hello")}); err != nil ||
+		resp.Outcome != wworkers.Denied || !strings.Contains(resp.Error, "not a member") {
+		t.Errorf("a stranger's work at a member: %+v, %v; want denied, not a member", resp, err)
+	}
 	if refusedPush != strangers || refusedHealth != strangers {
 		t.Errorf("refused %d of %d nodedata pushes and %d health pings; want every one", refusedPush, strangers, refusedHealth)
 	}
@@ -393,6 +411,16 @@ func TestCLIMembershipStrangersGetNoWork(t *testing.T) {
 	}
 	t.Logf("%d strangers: %v not_member rejections at the gateway, %d streams to strangers (%d work); honest p99 %s before, %s with the strangers; served %v",
 		strangers, notMemberRejections(t, gw.api), streams, work, p99(before), p99(after), served)
+}
+
+// mustAddrs is the address of a bootstrap multiaddr, without /p2p.
+func mustAddrs(t *testing.T, join string) []ma.Multiaddr {
+	t.Helper()
+	ai, err := peer.AddrInfoFromString(strings.Split(join, ",")[0])
+	if err != nil {
+		t.Fatalf("join %q: %v", join, err)
+	}
+	return ai.Addrs
 }
 
 // resign replaces the stranger's record by one carrying cert.

@@ -15,7 +15,7 @@ type Config struct {
 	HTTP      HTTPConfig      `koanf:",squash"`
 	JSONRPC   JSONRPCConfig   `koanf:",squash"`
 	// Membership names the network's authority and this node's
-	// certificate from it (README, "Membership (preview)").
+	// certificate from it (README, "Membership").
 	Membership MembershipConfig `koanf:",squash"`
 
 	// LabelBalancing is the global priority-group setting; nil means
@@ -393,8 +393,9 @@ type JSONRPCConfig struct {
 }
 
 // MembershipConfig names who vouches for the members of a closed network.
-// Load checks the two settings (see LoadOptions.Membership); nothing acts
-// on them at run time yet: every network is still open.
+// Load checks the two settings (see LoadOptions.Membership); with an
+// authority the node takes records, work and protocol streams only from
+// members (node.WithMembership).
 type MembershipConfig struct {
 	// NetworkAuthority is the authority's public key, the one line
 	// `workmesh network init` printed; empty means an open network.

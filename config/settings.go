@@ -94,7 +94,7 @@ var help = map[string]string{
 	"jsonrpc-chain-id":      "chain ID the upstream must report at start (empty: not checked)",
 	"jsonrpc-head-interval": "time between two polls of the upstream's head: the newest block it has, which this node advertises so that a request naming a block goes to a worker that has it",
 
-	"network-authority": "public key line of the network authority (from workmesh network init); empty: an open network that any peer may join (membership is checked, not enforced yet)",
+	"network-authority": "public key line of the network authority (from workmesh network init); empty: an open network that any peer may join; set: records, work and protocol streams only from members",
 	"membership-cert":   "file with this node's membership certificate (from workmesh network admit); needs network-authority",
 
 	"label-balancing.order":           "group labels tried in order, highest priority first; setting it turns label balancing on",

@@ -41,18 +41,20 @@ func NewPeerView(p PeerInfo) PeerView {
 		}
 	}
 	return PeerView{
-		ID:        p.Data.PeerID.String(),
-		Addrs:     nonNil(p.Data.Addrs),
-		WorkTypes: p.Data.WorkTypeNames(),
-		Labels:    nonNil(p.Data.Labels),
-		Heads:     heads,
-		Capacity:  p.Data.Capacity,
-		Load:      p.Data.Load,
-		Version:   p.Data.Version,
-		Sequence:  p.Data.Sequence,
-		LastSeen:  p.LastSeen.UTC(),
-		Connected: p.Connected,
-		Source:    p.Source.String(),
+		ID:             p.Data.PeerID.String(),
+		Addrs:          nonNil(p.Data.Addrs),
+		WorkTypes:      p.Data.WorkTypeNames(),
+		Labels:         nonNil(p.Data.Labels),
+		Heads:          heads,
+		Capacity:       p.Data.Capacity,
+		Load:           p.Data.Load,
+		Version:        p.Data.Version,
+		Sequence:       p.Data.Sequence,
+		LastSeen:       p.LastSeen.UTC(),
+		Connected:      p.Connected,
+		Source:         p.Source.String(),
+		AttestedLabels: attestedLabels(p),
+		DeclaredLabels: declaredLabels(p),
 	}
 }
 

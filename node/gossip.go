@@ -10,6 +10,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/sirupsen/logrus"
 
+	"github.com/workmesh/workmesh/node/authority"
 	"github.com/workmesh/workmesh/pubsub"
 )
 
@@ -87,6 +88,9 @@ func (g *gossip) verify(from, author peer.ID, data []byte) (any, error) {
 	self := g.host.ID()
 	if author == self {
 		return nil, nil // our own publication on its way out, checked when it was made
+	}
+	if authority.IsRevocation(data) {
+		return g.verifyRevocation(author, data)
 	}
 	id, ok := envelopeSigner(data)
 	if ok && (id == self || g.table.HoldsGossiped(id, data)) {

@@ -98,6 +98,9 @@ func (n *Node) handleHealth(s network.Stream) {
 	if err = s.SetDeadline(time.Now().Add(streamTimeout)); err != nil {
 		return
 	}
+	if err = n.refuseStranger(s, "health ping"); err != nil {
+		return
+	}
 	var req healthRequest
 	if err = readJSONFrame(s, &req, maxRequestFrame); err != nil {
 		n.log.WithField("peer", s.Conn().RemotePeer().String()).Debugf("health: bad request: %v", err)
@@ -196,6 +199,9 @@ func (n *Node) handleNodeData(s network.Stream) {
 			return
 		}
 	}
+	if err = n.refuseStranger(s, "nodedata"); err != nil {
+		return
+	}
 	// What the answer may cost (see syncAmplification, syncBudget): a peer
 	// the table holds a fresh record of draws on its byte budget; any
 	// other gets at most syncAmplification times what it sent.
@@ -227,6 +233,9 @@ func (n *Node) handleNodeData(s network.Stream) {
 		return
 	}
 	sent := 1
+	if sent, err = n.sendRevocations(s, send, sent); err != nil {
+		return
+	}
 	for _, p := range n.table.Peers() {
 		if sent >= maxSyncRecords {
 			break
@@ -379,7 +388,7 @@ func (n *Node) exchangeNodeData(ctx context.Context, p peer.ID, req nodedataRequ
 			if i >= maxSyncRecords {
 				return fmt.Errorf("more than %d records", maxSyncRecords)
 			}
-			if ok, _ := n.gossip.accept(b, p, SourceSync); ok {
+			if n.takeSynced(b, p) {
 				changed++
 			}
 		}

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -63,6 +64,10 @@ var networkName = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
 //   - dht (dht.go): the node's records in the DHT and its routing table;
 //   - api (api.go, httpapi): the process's one HTTP server.
 //
+// In a closed network (WithMembership), members.go holds the rule the
+// peer table, the health and nodedata handlers and gossip apply: who is a
+// member, revocations, and the timer that takes expired members out.
+//
 // The peer table, the health and nodedata protocols (health.go) and the
 // API's views belong to Node itself.
 type Node struct {
@@ -85,6 +90,8 @@ type Node struct {
 	gossip    *gossip
 	dht       *dhtRecords
 	api       *httpapi.Server
+	// strangers counts the streams refused to non-members.
+	strangers atomic.Uint64
 	// parts are the started parts, in the order they started.
 	parts []io.Closer
 
@@ -152,8 +159,14 @@ func New(ctx context.Context, cfg config.NodeConfig, opts ...Option) (*Node, err
 	for _, c := range h.Network().Conns() {
 		n.guard.observe(c.RemotePeer(), c.RemoteMultiaddr())
 	}
+	var members *Members
+	if !o.authority.IsZero() {
+		if members, err = NewMembers(o.authority, cfg.Network); err != nil {
+			return fail(err)
+		}
+	}
 	n.table = NewPeerTable(PeerTableConfig{Self: h.ID(), Network: cfg.Network, TTL: cfg.RecordTTL, Clock: o.clock, Logger: o.log,
-		Cap: cfg.PeerTableCap})
+		Cap: cfg.PeerTableCap, Members: members})
 	n.gossip = newGossip(h.Host, n.table, n.guard, cfg.Network, cfg.RecordTTL, o.log)
 	n.records = newRecordPublisher(cfg, &o, key, h.Host, n.gossip, func() { n.dht.storeRecord() })
 	n.parts = append(n.parts, n.records)
@@ -184,6 +197,11 @@ func New(ctx context.Context, cfg config.NodeConfig, opts ...Option) (*Node, err
 	if err := n.routes(); err != nil {
 		return fail(err)
 	}
+	if members != nil {
+		if err := n.memberRoutes(); err != nil {
+			return fail(err)
+		}
+	}
 	for _, ah := range o.handlers {
 		if err := n.HandleAPI(ah.pattern, ah.h); err != nil {
 			return fail(err)
@@ -196,6 +214,11 @@ func New(ctx context.Context, cfg config.NodeConfig, opts ...Option) (*Node, err
 	}
 
 	n.records.Start(ctx)
+	if members != nil {
+		var wg sync.WaitGroup
+		wg.Go(func() { n.memberLoop(ctx) })
+		n.parts = append(n.parts, closerFunc(func() error { wg.Wait(); return nil }))
+	}
 	n.dht.Start(ctx)
 	n.members.Join(n.dht.join)
 	n.log.WithFields(logrus.Fields{"peer": h.ID().String(), "network": cfg.Network}).Info("node started")

@@ -33,6 +33,7 @@ const (
 	maxWorkTypes = 64
 	maxLabels    = 32
 	maxNameLen   = 64
+	maxCertLen   = 4 << 10
 )
 
 // NodeData is what a node advertises about itself: who it is, where it
@@ -59,6 +60,10 @@ type NodeData struct {
 	// Sequence only grows from one record of a node to the next; the
 	// highest one wins everywhere.
 	Sequence uint64 `json:"sequence"`
+	// Cert is the node's membership certificate (authority.Certificate's
+	// encoding) in a closed network; absent in an open one, and in
+	// records of nodes that predate it.
+	Cert []byte `json:"cert,omitempty"`
 }
 
 // WorkType is one work type a node serves.
@@ -97,11 +102,14 @@ func (nd NodeData) Head(workType string) (uint64, bool) {
 }
 
 // HasLabels reports whether the record carries every one of labels.
-func (nd NodeData) HasLabels(labels []string) bool {
+func (nd NodeData) HasLabels(labels []string) bool { return hasLabels(nd.Labels, labels) }
+
+// hasLabels reports whether have holds every one of labels.
+func hasLabels(have, labels []string) bool {
 	for _, want := range labels {
 		found := false
-		for _, have := range nd.Labels {
-			if have == want {
+		for _, h := range have {
+			if h == want {
 				found = true
 				break
 			}
@@ -156,6 +164,8 @@ func (nd *NodeData) check() error {
 		return errors.New("negative capacity")
 	case nd.Load.InFlight < 0 || nd.Load.Queued < 0:
 		return errors.New("negative load")
+	case len(nd.Cert) > maxCertLen:
+		return fmt.Errorf("cert: %d bytes, at most %d", len(nd.Cert), maxCertLen)
 	}
 	for _, s := range nd.Addrs {
 		if _, err := ma.NewMultiaddr(s); err != nil {

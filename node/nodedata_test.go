@@ -187,8 +187,8 @@ func TestRejectReasonNames(t *testing.T) {
 		}
 		seen[name] = true
 	}
-	if len(seen) != 6 {
-		t.Errorf("%d reasons, want 6", len(seen))
+	if len(seen) != 7 {
+		t.Errorf("%d reasons, want 7", len(seen))
 	}
 }
 

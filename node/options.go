@@ -12,6 +12,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/sirupsen/logrus"
 
+	"github.com/workmesh/workmesh/node/authority"
 	"github.com/workmesh/workmesh/selection"
 )
 
@@ -40,6 +41,10 @@ type options struct {
 	// host, when set, is the libp2p host the node runs on instead of one
 	// of its own; see WithHost.
 	host host.Host
+	// authority and cert make the network a closed one; see
+	// WithMembership.
+	authority authority.PublicKey
+	cert      *authority.Certificate
 }
 
 // WithLogger sets the logger; the default is the standard logrus logger.

@@ -12,6 +12,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/sirupsen/logrus"
 
+	"github.com/workmesh/workmesh/node/authority"
 	"github.com/workmesh/workmesh/selection"
 )
 
@@ -66,6 +67,9 @@ type PeerInfo struct {
 	// copy arrives, so that learning it early never stops it from
 	// spreading.
 	Gossiped bool
+	// Cert is the peer's membership certificate, verified when the
+	// record arrived, in a table with Members; nil otherwise.
+	Cert *authority.Certificate
 }
 
 // PeerTableConfig configures a peer table.
@@ -88,6 +92,11 @@ type PeerTableConfig struct {
 	// longest-unheard peer the host is not connected to. A connected peer
 	// is never evicted.
 	Cap int
+	// Members, when set, makes the network a closed one: a record is
+	// entered only when its peer is a member (RejectNotMember
+	// otherwise), and a peer stops counting (fresh) once its certificate
+	// expires or is revoked.
+	Members *Members
 }
 
 // tombstoneFactor sets how long the sequence of an expired peer is
@@ -126,6 +135,10 @@ type PeerTable struct {
 	clock   selection.Clock
 	log     *logrus.Logger
 	cap     int
+	members *Members
+	// nextCertExpiry is the earliest certificate expiry of the entries, in
+	// Unix nanoseconds (0: none); see memberLoop.
+	nextCertExpiry atomic.Int64
 
 	// snap is a copy of byID for readers of the whole table, made by the
 	// first such reader after a change (nil until then): a burst of records
@@ -164,6 +177,7 @@ func NewPeerTable(cfg PeerTableConfig) *PeerTable {
 		clock:      cfg.Clock,
 		log:        cfg.Logger,
 		cap:        cfg.Cap,
+		members:    cfg.Members,
 		byID:       make(map[peer.ID]*PeerInfo),
 		connected:  make(map[peer.ID]bool),
 		tombstones: make(map[peer.ID]tombstone),
@@ -224,6 +238,16 @@ func (t *PeerTable) Offer(sd *SignedNodeData, from peer.ID, src Source) (bool, e
 		return false, err
 	}
 	now := t.clock.Now()
+	var cert *authority.Certificate
+	if t.members != nil {
+		held, _ := t.entry(id)
+		var err error
+		if cert, err = t.members.admit(&sd.Data, held, now); err != nil {
+			err = reject(RejectNotMember, err)
+			t.RejectVia(src, RejectNotMember, from, err)
+			return false, err
+		}
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	floor, have := uint64(0), false
@@ -259,7 +283,9 @@ func (t *PeerTable) Offer(sd *SignedNodeData, from peer.ID, src Source) (bool, e
 		Source:    src,
 		Connected: t.connected[id],
 		Gossiped:  src == SourceGossip,
+		Cert:      cert,
 	}
+	t.noteCertLocked(cert)
 	t.publishLocked()
 	return true, nil
 }
@@ -396,7 +422,7 @@ func (t *PeerTable) IsConnected(id peer.ID) bool {
 
 // fresh reports whether e is within its TTL at now.
 func (t *PeerTable) fresh(e *PeerInfo, now time.Time) bool {
-	return now.Sub(e.LastSeen) < t.ttl
+	return now.Sub(e.LastSeen) < t.ttl && t.member(e, now)
 }
 
 // Get returns the fresh record of id.
@@ -435,7 +461,7 @@ func (t *PeerTable) Entries() []*PeerInfo {
 // of labels (none means any), ordered by peer ID. Self is never among them.
 func (t *PeerTable) Eligible(workType string, labels []string) []PeerInfo {
 	return t.filter(func(e *PeerInfo) bool {
-		return e.Data.Serves(workType) && e.Data.HasLabels(labels)
+		return e.Data.Serves(workType) && hasLabels(e.GroupLabels(), labels)
 	})
 }
 
@@ -483,13 +509,16 @@ func (t *PeerTable) Expire() int {
 			gone = append(gone, id)
 		}
 	}
+	if t.members != nil {
+		defer t.recomputeCertExpiryLocked()
+	}
 	if len(gone) == 0 {
 		return 0
 	}
 	for _, id := range gone {
 		t.tombstones[id] = tombstone{seq: t.byID[id].Data.Sequence, until: now.Add(tombstoneFactor * t.ttl)}
 		delete(t.byID, id)
-		t.log.WithField("peer", id.String()).Debug("peer expired: no newer nodedata within the record TTL")
+		t.log.WithField("peer", id.String()).Debug("peer expired: no newer nodedata within the record TTL, or no longer a member")
 	}
 	t.publishLocked()
 	return len(gone)

@@ -23,13 +23,16 @@ const announceMinGap = 100 * time.Millisecond
 // whenever what the node advertises changes, and publishes it on gossip,
 // on request (Announce) and every announce-interval.
 type recordPublisher struct {
-	log      *logrus.Logger
-	key      crypto.PrivKey
-	host     host.Host
-	state    LocalState
-	version  string
-	network  string
-	labels   []string
+	log     *logrus.Logger
+	key     crypto.PrivKey
+	host    host.Host
+	state   LocalState
+	version string
+	network string
+	labels  []string
+	// cert is the node's membership certificate, carried in its record
+	// (nil in an open network).
+	cert     []byte
 	start    time.Time
 	interval time.Duration
 	// gossip carries the records; its announcer runs once the node's
@@ -58,6 +61,7 @@ func newRecordPublisher(cfg config.NodeConfig, o *options, key crypto.PrivKey, h
 		version:    o.version,
 		network:    cfg.Network,
 		labels:     cfg.Labels,
+		cert:       certBytes(o.cert),
 		start:      time.Now(),
 		interval:   cfg.AnnounceInterval,
 		gossip:     g,
@@ -153,6 +157,7 @@ func (r *recordPublisher) resignLocked() error {
 		Load:      r.state.Load(),
 		StartTime: r.start.UTC(),
 		Sequence:  seq,
+		Cert:      r.cert,
 	}
 	if err := nd.check(); err != nil {
 		return fmt.Errorf("own nodedata: %w", err)

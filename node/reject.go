@@ -26,6 +26,11 @@ const (
 	// RejectTableFull: the record is of a peer new to the table, the table
 	// holds peer-table-cap peers, and the node is not connected to it.
 	RejectTableFull
+	// RejectNotMember: the network has an authority, and the record's
+	// peer is not a member: no certificate, one that does not verify for
+	// the authority, the network and the peer, one that expired or one
+	// that is revoked.
+	RejectNotMember
 
 	numRejectReasons = iota
 )
@@ -37,6 +42,7 @@ var rejectNames = [...]string{
 	RejectReplay:       "replay",
 	RejectWrongNetwork: "wrong-network",
 	RejectTableFull:    "table-full",
+	RejectNotMember:    "not_member",
 }
 
 // String returns the reason's short name, as used in logs and counters.

@@ -35,11 +35,12 @@ func newNetworkCommand() *cobra.Command {
 		Long: "network makes the key of a network authority and, with it, the membership certificates that\n" +
 			"admit a node (its peer ID, the labels the authority vouches for, an expiry) and the revocations\n" +
 			"that take a node out. A node names the authority with --network-authority and its certificate\n" +
-			"with --membership-cert; `workmesh config validate` checks both. Membership is a preview: nodes do\n" +
-			"not refuse non-members yet, and every network is still open (README, \"Membership (preview)\").",
+			"with --membership-cert; `workmesh config validate` checks both. A node with an authority takes\n" +
+			"records, work and protocol streams only from members (README, \"Membership\").",
 		Args: cobra.NoArgs,
 	}
-	cmd.AddCommand(newNetworkInitCommand(), newNetworkAdmitCommand(), newNetworkRevokeCommand(), newNetworkInspectCommand())
+	cmd.AddCommand(newNetworkInitCommand(), newNetworkAdmitCommand(), newNetworkRevokeCommand(), newNetworkInspectCommand(),
+		newNetworkPublishCommand())
 	return cmd
 }
 
@@ -162,7 +163,7 @@ func newNetworkAdmitCommand() *cobra.Command {
 		Short: "Issue a membership certificate for a node",
 		Long: "admit signs, with the authority key, a membership certificate that makes the peer a member of the\n" +
 			"network until --expires from now, and attests --labels for it (labels a certificate does not carry\n" +
-			"will count for nothing once membership is enforced). The node names the file with membership-cert.",
+			"count for nothing in a closed network). The node names the file with membership-cert.",
 		Example: "  workmesh network admit --key authority.key --peer 12D3KooW... --labels staked,archive --expires 720h --out node.cert",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -198,8 +199,8 @@ func newNetworkRevokeCommand() *cobra.Command {
 		Use:   "revoke --key FILE --peer PEERID [--network NAME] --out FILE",
 		Short: "Sign a revocation that takes a node out of the network",
 		Long: "revoke signs, with the authority key, a revocation of the peer: its certificates issued until now\n" +
-			"stop counting (a certificate issued later admits it again). Any member will be able to publish it\n" +
-			"once membership is enforced; today it is a file to inspect.",
+			"stop counting (a certificate issued later admits it again). Any member publishes it (all drop\n" +
+			"the peer at once) with `workmesh network publish-revocation FILE --api ADDR`.",
 		Example: "  workmesh network revoke --key authority.key --peer 12D3KooW... --out node.revocation",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -417,7 +418,7 @@ func membershipFindings(c *config.Config, now time.Time) []config.Finding {
 	}
 	if m.MembershipCert == "" {
 		return []config.Finding{{Key: "network-authority", Warning: true,
-			Msg: "network-authority is set but membership-cert is not: this node has no certificate, so the network's members will refuse it once membership is enforced"}}
+			Msg: "network-authority is set but membership-cert is not: this node has no certificate, so the network's members refuse its records and work"}}
 	}
 	fail := func(format string, args ...any) []config.Finding {
 		return []config.Finding{{Key: "membership-cert", Msg: fmt.Sprintf("membership-cert %q: ", m.MembershipCert) + fmt.Sprintf(format, args...)}}

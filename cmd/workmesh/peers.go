@@ -215,7 +215,7 @@ func printPeerTable(w io.Writer, peers []apiv1.PeerStatus, workType string, wide
 			rtt = fmtMS(*p.RTTMS)
 		}
 		line := fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%d+%d/%d\t%s\t%s\t%s",
-			id, stateOf(p), scoreOf(p, workType), dash(strings.Join(p.Labels, ",")), dash(strings.Join(types, ",")),
+			id, stateOf(p), scoreOf(p, workType), dash(strings.Join(markDeclared(p.PeerView), ",")), dash(strings.Join(types, ",")),
 			p.Load.InFlight, p.Load.Queued, p.Capacity.MaxConcurrent, rtt, ago(now, p.LastSeen), dash(p.Connection))
 		if wide {
 			line += fmt.Sprintf("\t%s\t%s", dash(p.Version), dash(strings.Join(p.Addrs, ",")))

@@ -65,6 +65,14 @@ type PeerView struct {
 	LastSeen  time.Time         `json:"last_seen"`  // when a newer record last arrived
 	Connected bool              `json:"connected"`  // whether this node has a connection to it
 	Source    string            `json:"source"`     // how the newest record arrived: gossip, dht or sync
+	// AttestedLabels are the labels the peer's membership certificate
+	// attests, in a network with an authority (absent in an open one):
+	// the only labels that count there.
+	AttestedLabels []string `json:"attested_labels,omitempty"`
+	// DeclaredLabels are the labels the peer declares that its
+	// certificate does not attest, in a network with an authority: shown,
+	// but no group counts them.
+	DeclaredLabels []string `json:"declared_labels,omitempty"`
 }
 
 // Capacity is how much work a node accepts at most.

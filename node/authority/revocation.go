@@ -235,3 +235,16 @@ func (l *RevocationList) Len() int {
 func IsRevocation(b []byte) bool {
 	return len(b) >= len(revocationHeader) && string(b[:len(revocationHeader)]) == revocationHeader
 }
+
+// Kept returns the revocations kept at now, in no order.
+func (l *RevocationList) Kept(now time.Time) []*Revocation {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]*Revocation, 0, len(l.by))
+	for _, e := range l.by {
+		if now.Before(e.until) {
+			out = append(out, e.rev)
+		}
+	}
+	return out
+}

@@ -150,6 +150,12 @@ func TestRevocationList(t *testing.T) {
 	if _, err := l.Add(wrongNet, certExpiry); !errors.Is(err, ErrWrongNetwork) || l.IsRevoked(q, t0) {
 		t.Errorf("other network's revocation: %v", err)
 	}
+	if k := l.Kept(certExpiry); len(k) != 1 || k[0].Peer() != p {
+		t.Errorf("Kept before the kept expiry: %v, want the revocation of p", k)
+	}
+	if k := l.Kept(certExpiry.Add(time.Hour)); len(k) != 0 {
+		t.Errorf("Kept at the kept expiry: %d revocations, want none", len(k))
+	}
 	if n := l.Prune(certExpiry); n != 0 || l.Len() != 1 {
 		t.Errorf("Prune before the kept expiry dropped %d, len %d", n, l.Len())
 	}

@@ -41,6 +41,11 @@ type Access struct {
 	sweepAt int
 
 	denied, overStreams, overRate atomic.Uint64
+
+	// member, when set, admits only a closed network's members; see
+	// RequireMembers.
+	member    func(peer.ID) bool
+	notMember atomic.Uint64
 }
 
 // peerUse is what one peer is using now: its open work streams and its
@@ -121,7 +126,11 @@ func (a *Access) Stats() AccessStats {
 // (ok false): Denied for a peer that is not allowed, Busy over a limit. An
 // admitted request holds one of p's streams until release.
 func (a *Access) Acquire(p peer.ID) (res workers.Result, ok bool) {
-	// The allowlist first: a refused peer leaves no state behind.
+	// Membership and the allowlist first: a refused peer leaves no state
+	// behind.
+	if res, refused := a.memberRefusal(p); refused {
+		return res, false
+	}
 	if !a.Allowed(p) {
 		a.denied.Add(1)
 		return workers.Result{Outcome: workers.Denied, Error: NotAllowedError}, false

@@ -293,7 +293,7 @@ func peerOf(pi node.PeerInfo) selection.Peer {
 	nd := pi.Data
 	// Candidates carry the peer ID's raw bytes: turning them back into a
 	// peer.ID costs nothing on the request path.
-	p := selection.Peer{ID: string(nd.PeerID), Labels: nd.Labels, Connected: pi.Connected,
+	p := selection.Peer{ID: string(nd.PeerID), Labels: pi.GroupLabels(), Connected: pi.Connected,
 		Concurrency: nd.Capacity.MaxConcurrent,
 		Capacity:    nd.Capacity.MaxConcurrent + nd.Capacity.QueueSize, Used: nd.Load.InFlight + nd.Load.Queued}
 	for _, wt := range nd.WorkTypes {

@@ -19,8 +19,9 @@ func (d *Dispatcher) Status() apiv1.StatusView {
 		StartTime: nd.StartTime.UTC(), UptimeS: time.Since(nd.StartTime).Seconds(),
 		WorkTypes: info.WorkTypes, Labels: info.Labels,
 		Addrs: []string{}, Join: d.node.JoinCommand(),
-		InFlight:   d.metrics.inFlight.Load(),
-		Rejections: map[string]uint64{},
+		InFlight:         d.metrics.inFlight.Load(),
+		Rejections:       map[string]uint64{},
+		NetworkAuthority: d.cfg.Membership.NetworkAuthority,
 	}
 	for _, a := range d.node.DialAddrs() {
 		v.Addrs = append(v.Addrs, a.String())

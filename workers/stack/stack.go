@@ -162,22 +162,33 @@ func Start(ctx context.Context, cfg config.Config, log *logrus.Logger, opts ...O
 		return nil, err
 	}
 	state := pool.NewLocalState(local, inj)
+	memberOpts, localLabels, err := membershipOptions(cfg)
+	if err != nil {
+		return fail(err)
+	}
 	nodeOpts := append([]node.Option{
 		node.WithLogger(log), node.WithVersion(so.version), node.WithLocalState(state), node.WithHealthCheck(state.Health),
 		node.WithAPIToken(cfg.Access.APIToken), node.WithInfo("faults", func() any { return inj.View() }),
-	}, so.nodeOpts...)
+	}, append(memberOpts, so.nodeOpts...)...)
 	n, err := node.New(sctx, cfg.Node, nodeOpts...)
 	if err != nil {
 		return fail(err)
 	}
 	s.node = n
+	if n.Members() != nil {
+		acc.RequireMembers(n.IsMember)
+	}
 	extra.protectOwnPorts(n)
 	if s.server, err = protocol.NewServer(n.Host(), n.Network(), local, protocol.WithLogger(log),
 		protocol.WithMaxPayload(workers.WireLimit(cfg.Limits.MaxPayload, cfg.Limits.MaxResult)),
 		protocol.WithObserver(servedLogger(log)), protocol.WithPeerLimiter(acc), protocol.WithInterceptor(inj)); err != nil {
 		return fail(err)
 	}
-	if s.disp, err = dispatch.New(cfg, n, local, dispatch.WithLogger(log), dispatch.WithCatalog(extra.catalog(cfg))); err != nil {
+	// The local worker's labels, for a request's required labels: in a
+	// closed network the attested ones only.
+	dcfg := cfg
+	dcfg.Node.Labels = localLabels
+	if s.disp, err = dispatch.New(dcfg, n, local, dispatch.WithLogger(log), dispatch.WithCatalog(extra.catalog(cfg))); err != nil {
 		return fail(err)
 	}
 	if s.api, err = api.NewWork(s.Dispatch, api.WithLogger(log), api.WithMaxPayload(cfg.Limits.MaxPayload),

@@ -60,7 +60,7 @@ func TestPackageGraph(t *testing.T) {
 		"workers/faults":   {"workers", "workers/pool", "config", "node", "node/httpapi", "node/apiv1"},
 		"workers/httpwork": {"workers", "config"},
 		"workers/custom":   {"workers", "config"},
-		"workers/stack": {"config", "node", "node/apiv1", "node/httpapi", "workers", "workers/access", "workers/api", "workers/builtin",
+		"workers/stack": {"config", "node", "node/authority", "node/apiv1", "node/httpapi", "workers", "workers/access", "workers/api", "workers/builtin",
 			"workers/custom", "workers/dispatch", "workers/faults", "workers/httpwork", "workers/jsonrpc", "workers/pool", "workers/protocol"},
 		"workers/jsonrpc":    {"workers", "workers/httpwork", "config", "node/httpapi"},
 		"workers/dispatch":   {"workers", "workers/builtin", "workers/pool", "workers/protocol", "config", "node", "node/apiv1", "node/scrape", "selection"},

@@ -149,14 +149,17 @@ func TestHostileReflectionNoDialsToUnobservedAddress(t *testing.T) {
 				}
 			}
 			for _, m := range nodes {
-				waitFor(t, 10*time.Second, m.name+" holds the 100 made-up identities", func() error {
+				// Most of them (a loaded machine's gossip may shed a few
+				// of the attacker's messages): what is measured is the
+				// packets to the victim, for however many are held.
+				waitFor(t, 10*time.Second, m.name+" holds the made-up identities (at least 90 of 100)", func() error {
 					held := 0
 					for _, f := range fakes {
 						if _, ok := m.node.Peers().Get(f.id); ok {
 							held++
 						}
 					}
-					if held < len(fakes) {
+					if held < len(fakes)*9/10 {
 						return fmt.Errorf("%d of %d", held, len(fakes))
 					}
 					return nil

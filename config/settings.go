@@ -100,6 +100,12 @@ var help = map[string]string{
 	"label-balancing.order":           "group labels tried in order, highest priority first; setting it turns label balancing on",
 	"label-balancing.pass-on-error":   "after a retryable error, move to the next label group instead of retrying in the current one",
 	"label-balancing.include-default": "route to peers carrying none of the order labels as a final group",
+
+	"explore-share":     "most share (0 to 1) of requests whose first attempt goes to a peer with fewer than rating-min-samples outcomes while a proven peer could take it (over the last 200 requests); 1 means no bound",
+	"audit-rate":        "share (0 to 1) of a deterministic type's successful results run again on one other worker after answering, to catch a worker that lies; 0 turns audits off",
+	"dispute-threshold": "disputes (results outvoted by other workers, or contradicted by an audit) within dispute-window at which a peer is cordoned; 0 only counts them",
+	"dispute-window":    "how far back disputes count toward dispute-threshold",
+	"dispute-cordon":    "how long a peer cordoned for disputes gets no work before it is redialed and probed",
 }
 
 // FlagGroups are the groups of settings, in the order `node start --help`
@@ -165,6 +171,9 @@ var group = map[string]string{
 	"jsonrpc-upstream": "jsonrpc", "jsonrpc-chain-id": "jsonrpc", "jsonrpc-head-interval": "jsonrpc",
 
 	"network-authority": "network", "membership-cert": "network",
+
+	"explore-share": "selection", "audit-rate": "work",
+	"dispute-threshold": "liveness", "dispute-window": "liveness", "dispute-cordon": "liveness",
 }
 
 // GroupOfFlag returns the FlagGroups name of the setting that BindFlags

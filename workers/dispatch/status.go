@@ -60,7 +60,7 @@ func (d *Dispatcher) PeerStatuses() []apiv1.PeerStatus {
 		ps := apiv1.PeerStatus{
 			PeerView: node.NewPeerView(pi), State: live.State(raw).String(),
 			Failures: live.Failures(raw), Scores: []apiv1.TypeScore{},
-			Reason: live.Reason(raw),
+			Reason: live.Reason(raw), Disputes: live.Disputes(raw),
 		}
 		if left(pi) {
 			ps.State = apiv1.StateLeft

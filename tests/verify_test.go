@@ -38,17 +38,20 @@ custom-types:
 
 const (
 	honestDigest = `["sha256sum"]`
+	// slowDigest is an honest worker slower than the liar, which then
+	// wins the rating and takes most of the work, as a fast liar would.
+	slowDigest = `["sh", "-c", "sleep 0.03; sha256sum"]`
 	lyingDigest  = `["sh", "-c", "cat >/dev/null; echo wrong"]`
 )
 
 // digestNet starts two honest digest workers, a liar and a gateway that
 // knows the type (declared, not served) with extra flags, all real
 // processes; it waits until the gateway lists the three.
-func digestNet(t *testing.T, gatewayFlags ...string) (bin string, g, liar *nodeProcess, honest []*nodeProcess) {
+func digestNet(t *testing.T, honestCommand string, gatewayFlags ...string) (bin string, g, liar *nodeProcess, honest []*nodeProcess) {
 	t.Helper()
 	bin = buildBinary(t)
-	a := startNodeProcess(t, bin, "--config", writeCustomConfig(t, "a", digestYAML(honestDigest)), "--log-level", "info")
-	b := startNodeProcess(t, bin, "--config", writeCustomConfig(t, "b", digestYAML(honestDigest)), "--bootstrap", a.join, "--log-level", "info")
+	a := startNodeProcess(t, bin, "--config", writeCustomConfig(t, "a", digestYAML(honestCommand)), "--log-level", "info")
+	b := startNodeProcess(t, bin, "--config", writeCustomConfig(t, "b", digestYAML(honestCommand)), "--bootstrap", a.join, "--log-level", "info")
 	liar = startNodeProcess(t, bin, "--config", writeCustomConfig(t, "liar", digestYAML(lyingDigest)), "--bootstrap", a.join, "--log-level", "info")
 	// The gateway also declares a type that is not deterministic.
 	gwYAML := strings.Replace(digestYAML(honestDigest), "work-types: [digest]", "work-types: [echo]", 1) +
@@ -179,7 +182,7 @@ func TestVerifyOutvotesALiar(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary and runs 4 nodes")
 	}
-	bin, g, liar, honest := digestNet(t)
+	bin, g, liar, honest := digestNet(t, honestDigest)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	const n, parallel = 1000, 16
@@ -244,13 +247,14 @@ func TestVerifyOutvotesALiar(t *testing.T) {
 }
 
 // TestAuditCordonsALiar: the same network without verify, the gateway
-// auditing a tenth of the results: the liar is cordoned within 200
-// requests.
+// auditing a tenth of the results, the liar faster than the honest
+// workers (so that it wins the rating and most of the work): it is
+// cordoned within 200 requests.
 func TestAuditCordonsALiar(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary and runs 4 nodes")
 	}
-	_, g, liar, _ := digestNet(t, "--audit-rate", "0.1")
+	_, g, liar, _ := digestNet(t, slowDigest, "--audit-rate", "0.1")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	sent := 0

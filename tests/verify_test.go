@@ -40,8 +40,8 @@ const (
 	honestDigest = `["sha256sum"]`
 	// slowDigest is an honest worker slower than the liar, which then
 	// wins the rating and takes most of the work, as a fast liar would.
-	slowDigest = `["sh", "-c", "sleep 0.03; sha256sum"]`
-	lyingDigest  = `["sh", "-c", "cat >/dev/null; echo wrong"]`
+	slowDigest  = `["sh", "-c", "sleep 0.03; sha256sum"]`
+	lyingDigest = `["sh", "-c", "cat >/dev/null; echo wrong"]`
 )
 
 // digestNet starts two honest digest workers, a liar and a gateway that

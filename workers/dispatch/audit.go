@@ -107,6 +107,38 @@ func (a *auditor) rerun(req WorkRequest, claims *selection.Claims, suffix string
 	return a.d.place(ctx, r, sreq, a.d.sel.Plan(sreq))
 }
 
+// lateVotes collects, in the background, the left votes of a verified
+// request answered with the agreed digest: each differing result counts a
+// dispute against its worker. cancel ends the replicas' context; it is
+// called once every vote is in, or at once when the dispatcher stops (the
+// replicas then end, and their votes are still waited for).
+func (a *auditor) lateVotes(req WorkRequest, votes <-chan vote, left int, agreed string, cancel context.CancelFunc) {
+	collect := func(stop <-chan struct{}) {
+		defer cancel()
+		for range left {
+			select {
+			case vt := <-votes:
+				if vt.digest != "" && vt.digest != agreed {
+					a.d.dispute(req, vt.res.Worker, "outvoted: its result came after the others had agreed, and differs")
+				}
+			case <-stop:
+				cancel()
+				stop = nil // the votes of the cancelled replicas follow
+			}
+		}
+	}
+	a.mu.Lock()
+	if a.stopped {
+		a.mu.Unlock()
+		closed := make(chan struct{})
+		close(closed)
+		collect(closed)
+		return
+	}
+	a.wg.Go(func() { collect(a.ctx.Done()) })
+	a.mu.Unlock()
+}
+
 // stop cancels the audits running and waits for them; no audit starts
 // after it.
 func (a *auditor) stop() {

@@ -257,7 +257,7 @@ func (d *Dispatcher) Dispatch(ctx context.Context, req WorkRequest) WorkResult {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	if req.Verify = d.verifyFor(req); req.Verify.On() || req.Verify.Agree != 0 {
-		res := d.verified(ctx, req, start)
+		res := d.verified(ctx, req)
 		res.RequestID = req.ID
 		res.Duration = time.Since(start)
 		d.observe(req, res, nil)

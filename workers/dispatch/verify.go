@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/prometheus/client_golang/prometheus"
@@ -25,15 +24,11 @@ import (
 // another, so each vote is a distinct peer's. The local worker is one
 // distinct node too: it may cast one vote, as the fallback of a replica
 // that found no remote peer left. The results of the replicas that
-// succeeded are compared byte for byte; Agree equal ones are the answer.
-// Once they are in, the replicas still running get as long again as the
-// request has taken so far (at least verifyGraceMin) to cast their votes,
-// so that a liar is heard and outvoted, before they are cancelled.
-
-// verifyGraceMin is the least time the replicas still running get once
-// Agree results agree.
-const verifyGraceMin = 20 * time.Millisecond
-
+// succeeded are compared byte for byte; Agree equal ones are the answer,
+// given at once. The replicas still running then go on in the background,
+// within the request's deadline (lateVotes): a late vote that differs
+// from the answer counts a dispute against its worker, so that a slow
+// liar is outvoted too. The answer lists the votes cast before it.
 // trustMetrics count verified requests, disputes and audits.
 type trustMetrics struct {
 	verified *prometheus.CounterVec
@@ -77,14 +72,17 @@ type vote struct {
 }
 
 // verified runs a verified request to its one result.
-func (d *Dispatcher) verified(ctx context.Context, req WorkRequest, start time.Time) WorkResult {
+func (d *Dispatcher) verified(ctx context.Context, req WorkRequest) WorkResult {
 	v := req.Verify
 	if why := d.verifyProblem(req); why != "" {
 		return WorkResult{Status: apiv1.StatusFailed, Error: why, Invalid: true}
 	}
 	claims := &selection.Claims{}
-	rctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	// The replicas outlive the answer (see lateVotes): their context has
+	// the request's deadline, not its caller's cancellation, which is
+	// passed on below until the answer.
+	dl, _ := ctx.Deadline()
+	rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), dl)
 	votes := make(chan vote, v.Replicas)
 	for i := range v.Replicas {
 		r := req
@@ -110,8 +108,6 @@ func (d *Dispatcher) verified(ctx context.Context, req WorkRequest, start time.T
 	}
 	var all []vote
 	counts := map[string]int{}
-	agreed := ""
-	var grace <-chan time.Time
 	for len(all) < v.Replicas {
 		select {
 		case vt := <-votes:
@@ -120,20 +116,21 @@ func (d *Dispatcher) verified(ctx context.Context, req WorkRequest, start time.T
 				continue
 			}
 			counts[vt.digest]++
-			if agreed == "" && counts[vt.digest] >= v.Agree {
-				agreed = vt.digest
-				if len(all) < v.Replicas {
-					t := time.NewTimer(max(time.Since(start), verifyGraceMin))
-					defer t.Stop()
-					grace = t.C
+			if counts[vt.digest] >= v.Agree {
+				if left := v.Replicas - len(all); left > 0 {
+					d.audits.lateVotes(req, votes, left, vt.digest, cancel)
+				} else {
+					cancel()
 				}
+				return d.tally(req, all, vt.digest, counts)
 			}
-		case <-grace:
-			grace = nil
-			cancel() // the replicas still running end, and send their votes
+		case <-ctx.Done():
+			cancel() // the caller gave up: the replicas end, and send their votes
+			ctx = context.Background()
 		}
 	}
-	return d.tally(req, all, agreed, counts)
+	cancel()
+	return d.tally(req, all, "", counts)
 }
 
 // tally makes the votes the request's result, and counts a dispute

@@ -335,3 +335,56 @@ func TestExploreBudgetNewcomer(t *testing.T) {
 		t.Fatalf("the unproven newcomer took %d of %d first attempts, want at most %d", firstToNew, n, limit)
 	}
 }
+
+// TestVerifyDisputedByDefault: a work type's verify default (here
+// work-type-defaults sha256 verify 2/3) applies to requests that ask
+// nothing; three workers that each answer differently end the request
+// disputed, naming every worker's digest; two that agree against one make
+// the answer, and the one outvoted gets a dispute. Real libp2p hosts in
+// this process.
+func TestVerifyDisputedByDefault(t *testing.T) {
+	hits := newHitCounter()
+	answer := func(out string) map[string]workers.Handler {
+		return map[string]workers.Handler{"sha256": fixedResult(workers.OK([]byte(out)))}
+	}
+	gw := startMember(t, hits, memberSpec{name: "gw", cfg: func(c *config.Config) {
+		c.WorkTypeDefaults = map[string]config.WorkTypeConfig{"sha256": {Verify: "2/3"}}
+	}}, nil)
+	x := startMember(t, hits, memberSpec{name: "x", handlers: answer("x")}, gw)
+	y := startMember(t, hits, memberSpec{name: "y", handlers: answer("y")}, gw)
+	z := startMember(t, hits, memberSpec{name: "z", handlers: answer("z")}, gw)
+	waitRanked(t, gw, "sha256", 3)
+	name := peerName(x, y, z)
+	res := gw.submit(t, dispatch.WorkRequest{Type: "sha256", Payload: []byte("p")})
+	if res.Status != "disputed" || res.Verify == nil || len(res.Verify.Votes) != 3 {
+		t.Fatalf("three different answers: %s, want disputed with three votes", describe(res, name))
+	}
+	for _, out := range []string{"x", "y", "z"} {
+		sum := sha256.Sum256([]byte(out))
+		if !strings.Contains(res.Error, hex.EncodeToString(sum[:])) {
+			t.Errorf("the error does not name the digest of %q: %s", out, res.Error)
+		}
+	}
+	// y and z now agree against x.
+	z.stop()
+	z2 := startMember(t, hits, memberSpec{name: "z2", handlers: answer("y")}, gw)
+	waitRanked(t, gw, "sha256", 3)
+	testkit.WaitFor(t, 10*time.Second, "the stopped worker gone from the ranking", func() error {
+		if r := gw.disp.Selector().Ranking("sha256"); len(r) != 3 {
+			return fmt.Errorf("%d ranked", len(r))
+		}
+		return nil
+	})
+	name = peerName(x, y, z2)
+	xID := x.node.ID()
+	testkit.WaitFor(t, 10*time.Second, "x outvoted", func() error {
+		res := gw.submit(t, dispatch.WorkRequest{Type: "sha256", Payload: []byte("p")})
+		if res.Status != "ok" || string(res.Output) != "y" || len(res.Verify.Agreed) != 2 {
+			return fmt.Errorf("%s", describe(res, name))
+		}
+		if gw.disp.Selector().Liveness().Disputes(string(xID)) == 0 {
+			return fmt.Errorf("x has no dispute yet")
+		}
+		return nil
+	})
+}

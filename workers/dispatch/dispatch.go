@@ -138,6 +138,8 @@ type Dispatcher struct {
 	needs sync.Map
 	// trust counts verified requests, disputes and audits.
 	trust *trustMetrics
+	// verifyDefaults holds the work types with a verify default.
+	verifyDefaults map[string]config.Verify
 	// audits runs the audits of answered results (see audit.go).
 	audits *auditor
 }
@@ -218,6 +220,7 @@ func New(cfg config.Config, n *node.Node, local *pool.Pool, opts ...Option) (*Di
 	}
 	sel.Liveness().OnTransition(d.metrics.transition)
 	d.audits = newAuditor(d)
+	d.verifyDefaults = verifyDefaults(cfg)
 	return d, nil
 }
 

@@ -219,8 +219,25 @@ func (d *Dispatcher) dispute(req WorkRequest, worker, why string) {
 
 // verifyFor is the check req asks for: its own, else its type's default.
 func (d *Dispatcher) verifyFor(req WorkRequest) config.Verify {
-	if req.Verify.On() || req.Verify.Agree != 0 {
+	if req.Verify.On() || req.Verify.Agree != 0 || len(d.verifyDefaults) == 0 {
 		return req.Verify
 	}
-	return d.cfg.VerifyFor(req.Type)
+	return d.verifyDefaults[req.Type]
+}
+
+// verifyDefaults returns the verify default of every work type that has
+// one in cfg.
+func verifyDefaults(cfg config.Config) map[string]config.Verify {
+	m := map[string]config.Verify{}
+	for name := range cfg.CustomTypes {
+		if v := cfg.VerifyFor(name); v.On() {
+			m[name] = v
+		}
+	}
+	for name := range cfg.WorkTypeDefaults {
+		if v := cfg.VerifyFor(name); v.On() {
+			m[name] = v
+		}
+	}
+	return m
 }

@@ -38,9 +38,11 @@ func (c *Claims) Has(id string) bool {
 	return c.ids[id]
 }
 
-// explore is the exploration budget: over the last config.ExploreWindow
-// requests, the share whose first attempt went to an unproven (unrated)
-// peer while a proven one was there to take it is held at explore-share.
+// explore is the exploration budget: of any config.ExploreWindow requests
+// in a row, at most explore-share of them (20 of 200 by default) send
+// their first attempt to an unproven (unrated) peer while a proven one was
+// there to take it. A node that just started may spend its 20 at once, so
+// that newcomers are rated quickly while a stream of them cannot take more.
 // A request whose group has no proven peer does not count: the network
 // must work while nobody has proven itself yet.
 type explore struct {
@@ -59,7 +61,7 @@ func (x *explore) allows() bool {
 	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	return float64(x.spent+1) <= x.share*float64(min(x.n+1, len(x.ring)))
+	return float64(x.spent+1) <= x.share*float64(len(x.ring))
 }
 
 // note counts one request's first attempt; explored says it went to an

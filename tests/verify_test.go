@@ -270,12 +270,12 @@ func TestAuditCordonsALiar(t *testing.T) {
 }
 
 // TestExploreBudgetNewcomer: a newcomer with zero load joins a network
-// whose two workers have proven themselves (rating-min-samples 20 at the
-// gateway); while it has not, it gets at most about a tenth of the
-// requests' first attempts (explore-share 0.1). Real libp2p hosts in this
+// whose two workers have proven themselves (rating-min-samples 50 at the
+// gateway); while it has not, it gets at most explore-share 0.1 of any
+// 200 requests' first attempts: 20. Real libp2p hosts in this
 // process.
 func TestExploreBudgetNewcomer(t *testing.T) {
-	const minSamples = 20
+	const minSamples = 50
 	hits := newHitCounter()
 	echo := func(name string) map[string]workers.Handler {
 		return map[string]workers.Handler{"work": counting(name, hits, workers.HandlerFunc(func(_ context.Context, p []byte) workers.Result {

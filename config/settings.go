@@ -101,7 +101,7 @@ var help = map[string]string{
 	"label-balancing.pass-on-error":   "after a retryable error, move to the next label group instead of retrying in the current one",
 	"label-balancing.include-default": "route to peers carrying none of the order labels as a final group",
 
-	"explore-share":     "most share (0 to 1) of requests whose first attempt goes to a peer with fewer than rating-min-samples outcomes while a proven peer could take it (over the last 200 requests); 1 means no bound",
+	"explore-share":     "most share (0 to 1) of any 200 requests in a row whose first attempt goes to a peer with fewer than rating-min-samples outcomes while a proven peer could take it; 1 means no bound",
 	"audit-rate":        "share (0 to 1) of a deterministic type's successful results run again on one other worker after answering, to catch a worker that lies; 0 turns audits off",
 	"dispute-threshold": "disputes (results outvoted by other workers, or contradicted by an audit) within dispute-window at which a peer is cordoned; 0 only counts them",
 	"dispute-window":    "how far back disputes count toward dispute-threshold",

@@ -12,10 +12,10 @@ import (
 // others), audits and the exploration budget of unproven peers (README,
 // "Checked results").
 type TrustConfig struct {
-	// ExploreShare bounds the share of requests (over the last
-	// ExploreWindow first attempts) whose first attempt goes to a peer that
-	// has not proven itself (fewer than rating-min-samples outcomes), while
-	// a proven peer could take it; 1 means no bound.
+	// ExploreShare bounds the share of any ExploreWindow requests in a row
+	// whose first attempt goes to a peer that has not proven itself (fewer
+	// than rating-min-samples outcomes) while a proven peer could take it;
+	// 1 means no bound.
 	ExploreShare float64 `koanf:"explore-share"`
 	// AuditRate is the share (0 to 1) of a deterministic type's successful
 	// results that are run again on one other worker after the answer, to
@@ -32,8 +32,8 @@ type TrustConfig struct {
 	DisputeCordon time.Duration `koanf:"dispute-cordon"`
 }
 
-// ExploreWindow is the number of recent requests over which explore-share
-// is counted.
+// ExploreWindow is the number of requests in a row over which
+// explore-share is counted.
 const ExploreWindow = 200
 
 // MaxReplicas bounds a verify setting's replicas.

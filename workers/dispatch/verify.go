@@ -181,17 +181,21 @@ func (d *Dispatcher) tally(req WorkRequest, all []vote, agreed string, counts ma
 		}
 	}
 	res.Status = apiv1.StatusFailed
-	if results == 0 && allUnavailable(all) {
+	switch {
+	case results == 0 && allOf(all, apiv1.StatusUnavailable):
 		res.Status = apiv1.StatusUnavailable
+	case results == 0 && allOf(all, apiv1.StatusTimeout):
+		res.Status = apiv1.StatusTimeout
 	}
 	res.Error = fmt.Sprintf("verify %s: %d of the %d agreeing results needed could be had (%d distinct workers tried); the others: %s", v, results, v.Agree, len(all), strings.Join(why, "; "))
 	d.trust.verified.WithLabelValues("short").Inc()
 	return res
 }
 
-func allUnavailable(all []vote) bool {
+// allOf reports whether every vote ended with status st.
+func allOf(all []vote, st apiv1.Status) bool {
 	for _, vt := range all {
-		if vt.res.Status != apiv1.StatusUnavailable {
+		if vt.res.Status != st {
 			return false
 		}
 	}

@@ -31,6 +31,10 @@ type Config struct {
 	// CustomTypes declares the operator's own work types, keyed by work
 	// type: each is backed by a command or by a local HTTP service.
 	CustomTypes map[string]CustomTypeConfig `koanf:"custom-types"`
+
+	// Trust drives checked results and the exploration budget (README,
+	// "Checked results").
+	Trust TrustConfig `koanf:",squash"`
 }
 
 // Bounds of the payload and result limits.
@@ -93,6 +97,9 @@ type CustomTypeConfig struct {
 	Idempotent bool `koanf:"idempotent"`
 	// Deterministic means the same payload always gives the same result.
 	Deterministic bool `koanf:"deterministic"`
+	// Verify is the default check of this type's results, "agree/replicas"
+	// such as "2/3" (README, "Checked results"); needs Deterministic.
+	Verify string `koanf:"verify"`
 }
 
 // NodeConfig says how a node joins its network and what it offers.
@@ -274,6 +281,9 @@ type WorkTypeConfig struct {
 	// LabelBalancing replaces the global label-balancing block whole for
 	// this work type.
 	LabelBalancing *LabelBalancingConfig `koanf:"label-balancing"`
+	// Verify is the default check of this type's results, "agree/replicas"
+	// such as "2/3", for a deterministic type (README, "Checked results").
+	Verify string `koanf:"verify"`
 }
 
 // LivenessConfig drives the health polling of peers.
@@ -485,6 +495,7 @@ func Defaults() Config {
 		HTTP:    HTTPConfig{MaxBody: 1 << 20},
 		Limits:  LimitsConfig{MaxPayload: DefaultMaxPayload, MaxResult: DefaultMaxPayload},
 		JSONRPC: JSONRPCConfig{HeadInterval: 2 * time.Second},
+		Trust:   TrustConfig{ExploreShare: 0.1, DisputeThreshold: 3, DisputeWindow: time.Minute, DisputeCordon: 5 * time.Minute},
 	}
 }
 

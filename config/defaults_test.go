@@ -98,13 +98,19 @@ var pinnedDefaults = map[string]any{
 	"custom-types":       map[string]CustomTypeConfig(nil),
 	"max-payload":        1 << 20,
 	"max-result":         1 << 20,
+
+	"explore-share":     0.1,
+	"audit-rate":        0.0,
+	"dispute-threshold": 3,
+	"dispute-window":    time.Minute,
+	"dispute-cordon":    5 * time.Minute,
 }
 
 // pinnedFields is the number of fields of every struct type reachable from
 // Config. A new field fails this test until its default is pinned above (or,
 // for a block that is off by default, below) and its bound is validated.
 var pinnedFields = map[string]int{
-	"Config":               15,
+	"Config":               16,
 	"AccessConfig":         6,
 	"FaultConfig":          3,
 	"HTTPConfig":           2,
@@ -117,9 +123,10 @@ var pinnedFields = map[string]int{
 	"RatingConfig":         8,
 	"HedgeConfig":          2,
 	"LabelBalancingConfig": 3,
-	"WorkTypeConfig":       1,
-	"CustomTypeConfig":     13,
+	"WorkTypeConfig":       2,
+	"CustomTypeConfig":     14,
 	"LimitsConfig":         2,
+	"TrustConfig":          5,
 }
 
 func TestDefaults_Unchanged(t *testing.T) {

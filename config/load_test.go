@@ -322,8 +322,8 @@ work-type-defaults:
 		t.Error("Explain lists label-balancing.order while label balancing is off")
 	}
 	// Every flag-settable setting but the global label-balancing ones,
-	// plus the sha256 override's three.
-	if want := len(mustSchema().settings) - 3 + 3; len(got) != want {
+	// plus the sha256 override's four (its verify too).
+	if want := len(mustSchema().settings) - 3 + 4; len(got) != want {
 		t.Errorf("Explain listed %d settings, want %d: %q", len(got), want, keys)
 	}
 	if _, err := Explain(LoadOptions{Environ: []string{"WORKMESH_NOPE=1"}}); !errors.Is(err, ErrUnknownSetting) {

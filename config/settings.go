@@ -112,6 +112,11 @@ var help = map[string]string{
 	"relay-limit-duration":   "how long one relayed connection through this node lasts at most",
 	"hole-punching":          "upgrade a relayed connection to a direct one by hole punching (DCUtR)",
 	"public-ranges":          "IPv4 documentation ranges (192.0.2.0/24, 198.51.100.0/24, 203.0.113.0/24) treated as public internet: for test labs built on them only (repeatable)",
+	"explore-share":          "most share (0 to 1) of any 200 requests in a row whose first attempt goes to a peer with fewer than rating-min-samples outcomes while a proven peer could take it; 1 means no bound",
+	"audit-rate":             "share (0 to 1) of a deterministic type's successful results run again on one other worker after answering, to catch a worker that lies; 0 turns audits off",
+	"dispute-threshold":      "disputes (results outvoted by other workers, or contradicted by an audit) within dispute-window at which a peer is cordoned; 0 only counts them",
+	"dispute-window":         "how far back disputes count toward dispute-threshold",
+	"dispute-cordon":         "how long a peer cordoned for disputes gets no work before it is redialed and probed",
 }
 
 // FlagGroups are the groups of settings, in the order `node start --help`
@@ -181,6 +186,9 @@ var group = map[string]string{
 	"reachability": "nat", "announce": "nat", "no-announce": "nat", "relay": "nat",
 	"relay-service": "nat", "relay-max-reservations": "nat", "relay-max-circuits": "nat",
 	"relay-limit-bytes": "nat", "relay-limit-duration": "nat", "hole-punching": "nat", "public-ranges": "nat",
+
+	"explore-share": "selection", "audit-rate": "work",
+	"dispute-threshold": "liveness", "dispute-window": "liveness", "dispute-cordon": "liveness",
 }
 
 // GroupOfFlag returns the FlagGroups name of the setting that BindFlags

@@ -121,6 +121,7 @@ func (c *Config) Validate() error {
 		errs = append(errs, c.WorkTypeDefaults[name].validate(name))
 	}
 	errs = append(errs, c.validateCustomTypes())
+	errs = append(errs, c.validateTrust())
 	return errors.Join(errs...)
 }
 

@@ -90,6 +90,10 @@ type health struct {
 	strikes, cordons int
 	// reason says why the peer is not StateAlive, for the peers view.
 	reason string
+	// disputes counts the peer's results outvoted by others, in all;
+	// disputeAt holds when the ones of dispute-window were (ReportDispute).
+	disputes  int
+	disputeAt []time.Time
 }
 
 func (h *health) load() State { return State(h.state.Load()) }
@@ -118,6 +122,8 @@ type Liveness struct {
 	// onTransition, when set, is told of every state change (for logs and
 	// metrics). It is called with mu held and must not call back.
 	onTransition func(Transition)
+	// trust holds the dispute settings (ReportDispute).
+	trust config.TrustConfig
 }
 
 // NewLiveness returns a Liveness for cfg, reading the time from clock.

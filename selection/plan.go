@@ -29,6 +29,9 @@ type Request struct {
 	// first arrived, so its first pick is counted neither as a request nor
 	// as a retry by the retry budget.
 	Again bool
+	// Claims, when set, is shared by the plans of one verified request's
+	// replicas: a peer one of them took is never offered to another.
+	Claims *Claims
 }
 
 // Pick is one peer a plan offers, with why it stands where it does.
@@ -258,9 +261,17 @@ func (p *Plan) pickLocked(hedge bool) (Pick, bool) {
 	if p.view == nil {
 		return Pick{}, false
 	}
+	first := !hedge && p.nexts == 0 && !p.req.View && !p.req.Again
 	for p.cursor < len(p.view.groups) {
 		g := &p.view.groups[p.cursor]
-		if e := p.pickInGroup(g); e != nil {
+		e := p.pickInGroup(g, first)
+		if e != nil && p.req.Claims != nil && !p.req.Claims.Claim(e.id) {
+			continue // another replica took it meanwhile: pick again
+		}
+		if e != nil {
+			if first && p.s.explore != nil {
+				p.s.explore.note(!e.rated && g.rated > 0)
+			}
 			p.tried = append(p.tried, tried{e: e, group: p.cursor})
 			e.stats.inflight.Add(1)
 			return Pick{Peer: e.id, Group: g.label, GroupIndex: p.cursor, Score: e.score, Rated: e.rated, Hedge: hedge}, true
@@ -281,11 +292,16 @@ func (p *Plan) pickLocked(hedge bool) (Pick, bool) {
 // entry.fill) is the last resort in every mode: the least full of them is
 // picked only when no member has room, since its refusal costs the request
 // a round trip and says nothing new.
-func (p *Plan) pickInGroup(g *group) *entry {
+//
+// A request's first attempt explores an unrated peer only while the
+// exploration budget (explore-share) allows it or the group has no rated
+// peer: over the budget the unrated peers wait behind the rated ones.
+func (p *Plan) pickInGroup(g *group, first bool) *entry {
 	n := len(g.members)
 	if n == 0 {
 		return nil
 	}
+	budgeted := first && p.mode == config.ModeRating && g.rated > 0 && !p.s.explore.allows()
 	start := 0
 	if p.mode != config.ModeRating {
 		start = int(p.rot % uint64(n))
@@ -298,7 +314,7 @@ func (p *Plan) pickInGroup(g *group) *entry {
 	found := 0
 	for i := range n {
 		e := g.members[(start+i)%n]
-		if !p.selectable(e) {
+		if !p.selectable(e) || p.req.Claims != nil && p.req.Claims.Has(e.id) {
 			continue
 		}
 		inflight := e.stats.inflight.Load()
@@ -312,7 +328,7 @@ func (p *Plan) pickInGroup(g *group) *entry {
 			return e
 		}
 		if !e.rated {
-			if inflight >= exploreInFlight {
+			if inflight >= exploreInFlight || budgeted {
 				// Exploration learns, it does not flood: the least loaded
 				// of the unrated peers with attempts in flight waits here.
 				if l := float64(inflight) / e.concurrency; deferred == nil || l < deferredLoad {

@@ -111,6 +111,7 @@ type Selector struct {
 	refreshEvery time.Duration
 	plans        atomic.Uint64 // per-plan random stream index
 	budget       *retryBudget  // nil: no retry budget
+	explore      *explore      // nil: exploration is not bounded
 
 	mu          sync.Mutex // guards everything below
 	peers       []Peer
@@ -155,7 +156,11 @@ func New(cfg config.Config, opts ...Option) (*Selector, error) {
 		return nil, err
 	}
 	live.seed = s.seed
+	live.trust = cfg.Trust
 	s.live = live
+	if sh := cfg.Trust.ExploreShare; sh < 1 && s.cfg.Selection.Mode == config.ModeRating {
+		s.explore = &explore{share: sh}
+	}
 	s.snap.Store(&snapshot{types: map[string]*typeView{}})
 	return s, nil
 }
@@ -257,6 +262,9 @@ func (e *entry) hasLabel(l string) bool { return slices.Contains(e.labels, l) }
 type group struct {
 	label   string // the order label; "" for the default group or no label balancing
 	members []*entry
+	// rated counts the members that are rated (proven): exploring an
+	// unrated one spends the exploration budget only when there are some.
+	rated int
 }
 
 // typeView is everything a request for one work type needs, precomputed.
@@ -420,6 +428,13 @@ func (s *Selector) buildView(name string, entries []*entry) *typeView {
 	}
 	tv.all = entries
 	tv.groups = partition(entries, tv.lb)
+	for i := range tv.groups {
+		for _, e := range tv.groups[i].members {
+			if e.rated {
+				tv.groups[i].rated++
+			}
+		}
+	}
 	return tv
 }
 

@@ -271,6 +271,13 @@ func parseBatchLine(line []byte, o submitOptions) (apiv1.WorkRequest, error) {
 		mh := o.minHead
 		req.MinHead = &mh
 	}
+	if req.Verify == nil && o.verify != "" {
+		v, err := verifyFlag(o.verify)
+		if err != nil {
+			return req, err
+		}
+		req.Verify = v
+	}
 	return req, nil
 }
 

@@ -243,6 +243,25 @@ func printReasons(w io.Writer, peers []apiv1.PeerStatus, wide bool) error {
 			return err
 		}
 	}
+	return printDisputes(w, peers, wide)
+}
+
+// printDisputes prints, under the table, the peers whose results were
+// outvoted by other workers or contradicted by an audit: "…peerBBBB
+// disputes: 3".
+func printDisputes(w io.Writer, peers []apiv1.PeerStatus, wide bool) error {
+	for _, p := range peers {
+		if p.Disputes == 0 {
+			continue
+		}
+		id := shortPeer(p.ID)
+		if wide {
+			id = p.ID
+		}
+		if _, err := fmt.Fprintf(w, "%s disputes: %d (results outvoted by other workers or contradicted by an audit)\n", id, p.Disputes); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 

@@ -59,6 +59,8 @@ type submitOptions struct {
 	file        string
 	concurrency int
 	progress    string
+	// verify is "agree/replicas" (--verify), "" for the type's default.
+	verify string
 }
 
 func newSubmitCommand() *cobra.Command {
@@ -73,7 +75,7 @@ func newSubmitCommand() *cobra.Command {
 			"--explain first prints the plan the node would follow (see `workmesh plan`). A request that fell\n" +
 			"back to the local worker or could not be placed always says why, counted by reason.\n\n" +
 			"--file runs a batch: one JSON object a line, {\"type\", \"payload\" or \"payload_b64\", \"timeout\",\n" +
-			"\"labels\", \"min_head\"} (--type, --labels, --timeout and --min-head fill what a line leaves out),\n" +
+			"\"labels\", \"min_head\", \"verify\"} (--type, --labels, --timeout, --min-head and --verify fill what a line leaves out),\n" +
 			"at most --concurrency at once. It writes one JSON result a line to stdout, with the line number,\n" +
 			"shows progress on stderr (a bar with rate and ETA on a terminal, plain lines otherwise), and ends\n" +
 			"with a summary: ok and failed, latency percentiles, and how many each worker served. A bad line is\n" +
@@ -84,6 +86,7 @@ func newSubmitCommand() *cobra.Command {
 			"  workmesh submit --type echo --payload-file input.bin --output json\n" +
 			"  echo 250ms | workmesh submit --type sleep --timeout 2s --labels full\n" +
 			"  workmesh submit --type sha256 --payload hello --explain\n" +
+			"  workmesh submit --type sha256 --payload hello --verify 2/3\n" +
 			"  workmesh submit --file requests.jsonl --concurrency 8 > results.jsonl",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -109,6 +112,7 @@ func newSubmitCommand() *cobra.Command {
 	f.DurationVar(&o.timeout, "timeout", 0, "bound on the whole request, e.g. 2s (0: the node's default, "+dispatch.DefaultRequestTimeout.String()+")")
 	f.StringSliceVar(&o.labels, "labels", nil, "labels the worker must carry, remote or local (comma-separated)")
 	f.Uint64Var(&o.minHead, "min-head", 0, "the position the request names, for work types with heads")
+	f.StringVar(&o.verify, "verify", "", "ask for the result from several distinct workers, compared byte for byte: agree/replicas, e.g. 2/3 (deterministic work types only; empty: the type's default)")
 	f.BoolVar(&o.explain, "explain", false, "print the plan the node would follow before sending the request")
 	f.StringVar(&o.file, "file", "", "run a batch: a file of JSON requests, one a line (- for stdin)")
 	f.IntVarP(&o.concurrency, "concurrency", "c", 4, fmt.Sprintf("batch: requests at once (1 to %d)", maxBatchConcurrency))
@@ -133,6 +137,10 @@ func runSubmit(ctx context.Context, o submitOptions, stdin io.Reader, stdout, st
 	}
 	if o.timeout < 0 {
 		return usageError{fmt.Errorf("--timeout %s: want a positive duration", o.timeout)}
+	}
+	vreq, err := verifyFlag(o.verify)
+	if err != nil {
+		return err
 	}
 	payload, err := readPayload(o, stdin, stderr)
 	if err != nil {
@@ -163,6 +171,7 @@ func runSubmit(ctx context.Context, o submitOptions, stdin io.Reader, stdout, st
 	if o.hasMinHead {
 		req.MinHead = &o.minHead
 	}
+	req.Verify = vreq
 
 	ans, err := postWork(ctx, o.api, req, o.timeout)
 	if err != nil {
@@ -338,6 +347,8 @@ func outcomeError(workType string, r apiv1.WorkResponse) error {
 		return exitError{exitUnavailable, fmt.Errorf("%s work unavailable: %s", workType, why)}
 	case apiv1.StatusTimeout:
 		return exitError{exitTimeout, fmt.Errorf("%s work timed out: %s", workType, why)}
+	case apiv1.StatusDisputed:
+		return exitError{exitFailed, fmt.Errorf("%s work disputed: %s", workType, why)}
 	}
 	return exitError{exitFailed, fmt.Errorf("%s work: unknown status %q: %s", workType, r.Status, why)}
 }
@@ -401,7 +412,30 @@ func summarize(r apiv1.WorkResponse, name func(string) string) string {
 	if r.Explanation != "" && (r.Status == apiv1.StatusOK || r.Status == apiv1.StatusEmpty) {
 		fmt.Fprintf(&b, "; not remote because: %s", r.Explanation)
 	}
+	if v := r.Verify; v != nil && len(v.Agreed) > 0 {
+		names := make([]string, len(v.Agreed))
+		for i, a := range v.Agreed {
+			names[i] = name(a)
+		}
+		fmt.Fprintf(&b, "; verified %d/%d: agreed by %s", v.Agree, v.Replicas, strings.Join(names, ", "))
+	}
 	return b.String()
+}
+
+// verifyFlag turns --verify's agree/replicas into the request's field;
+// nil for "".
+func verifyFlag(s string) (*apiv1.VerifyRequest, error) {
+	if s == "" {
+		return nil, nil
+	}
+	v, err := config.ParseVerify(s)
+	if err != nil {
+		return nil, usageError{fmt.Errorf("--%w", err)}
+	}
+	if !v.On() {
+		return nil, nil
+	}
+	return &apiv1.VerifyRequest{Replicas: v.Replicas, Agree: v.Agree}, nil
 }
 
 // maxAttemptError bounds an attempt's error in the summary line.

@@ -121,6 +121,9 @@ type WorkRequest struct {
 	Labels []string `json:"labels,omitempty"`
 	// MinHead is the position the request names, if any.
 	MinHead *uint64 `json:"min_head,omitempty"`
+	// Verify asks for the result from several distinct workers, compared
+	// byte for byte (README, "Checked results").
+	Verify *VerifyRequest `json:"verify,omitempty"`
 }
 
 // WorkResponse is the answer to POST /v1/work for a request that was
@@ -153,6 +156,8 @@ type WorkResponse struct {
 	BusyRefusals int `json:"busy_refusals,omitempty"`
 	// The detail of a failed run of a custom work type, next to Error.
 	FailureDetail
+	// Verify is how a verified request's votes went.
+	Verify *VerifyView `json:"verify,omitempty"`
 }
 
 // FailureDetail is what a failed run of a custom work type adds to its
@@ -219,7 +224,41 @@ const (
 	StatusTimeout Status = "timeout"
 	// StatusUnavailable: no worker, remote or local, could take the work.
 	StatusUnavailable Status = "unavailable"
+	// StatusDisputed: a verified request's workers gave different results
+	// and too few of them agreed (HTTP 409).
+	StatusDisputed Status = "disputed"
 )
+
+// VerifyRequest asks for a request's result from Replicas distinct
+// workers, Agree of which must give the same bytes.
+type VerifyRequest struct {
+	Replicas int `json:"replicas"`
+	Agree    int `json:"agree"`
+}
+
+// VerifyView is how a verified request's votes went: who agreed on the
+// result, and every worker's vote.
+type VerifyView struct {
+	Replicas int `json:"replicas"`
+	Agree    int `json:"agree"`
+	// Agreed names the workers whose results were the answer.
+	Agreed []string `json:"agreed"`
+	// Votes is every replica's vote, in the order they ended.
+	Votes []Vote `json:"votes"`
+}
+
+// Vote is one worker's result in a verified request.
+type Vote struct {
+	// Worker is the peer ID, or "local"; empty when the replica found no
+	// worker.
+	Worker string `json:"worker,omitempty"`
+	// Status is how its replica ended.
+	Status Status `json:"status"`
+	// Digest is the SHA-256 of its output, hex, for status ok.
+	Digest string `json:"digest,omitempty"`
+	// Error says why the replica gave no result.
+	Error string `json:"error,omitempty"`
+}
 
 // Attempt is one try of a request on one worker.
 type Attempt struct {
@@ -307,6 +346,9 @@ type PeerStatus struct {
 	// Connection is direct, relayed (only through a relay, until a hole
 	// punch makes it direct) or none.
 	Connection string `json:"connection,omitempty"`
+	// Disputes counts the peer's results outvoted by other workers, or
+	// contradicted by an audit, since it was first seen.
+	Disputes int `json:"disputes"`
 }
 
 // PlanRequest is what GET /v1/plan asks: a request's work type and the

@@ -17,6 +17,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/sirupsen/logrus"
+	"github.com/workmesh/workmesh/config"
 	"github.com/workmesh/workmesh/node/apiv1"
 	"github.com/workmesh/workmesh/node/httpapi"
 	"github.com/workmesh/workmesh/workers"
@@ -40,7 +41,7 @@ const (
 type DispatchFunc func(ctx context.Context, req dispatch.WorkRequest) dispatch.WorkResult
 
 // apiFields lists the fields of APIRequest, in the order errors name them.
-var apiFields = []string{"type", "payload", "payload_b64", "timeout", "labels", "min_head"}
+var apiFields = []string{"type", "payload", "payload_b64", "timeout", "labels", "min_head", "verify"}
 
 // Reasons counted in APIStats.ByReason.
 const (
@@ -54,6 +55,7 @@ const (
 	reasonAllFailed    = "all_attempts_failed"
 	reasonTimeout      = "timeout"
 	reasonUnknownState = "unknown_status"
+	reasonDisputed     = "disputed"
 )
 
 // Work is the HTTP face of a dispatcher: POST /v1/work submits work and
@@ -168,6 +170,12 @@ func (a *Work) serveWork(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	res := a.dispatch(r.Context(), req)
+	if res.Invalid {
+		// Refused as asked (verify of a type that is not deterministic).
+		a.count("", reasonBadRequest)
+		httpapi.WriteError(w, http.StatusBadRequest, "verify", "%s", res.Error)
+		return
+	}
 	code, reason := classify(res)
 	a.count(res.Status, reason)
 	a.writeJSON(w, code, responseOf(res))
@@ -198,6 +206,9 @@ func classify(res dispatch.WorkResult) (int, string) {
 		return http.StatusServiceUnavailable, reasonNoWorker
 	case apiv1.StatusTimeout:
 		return http.StatusGatewayTimeout, reasonTimeout
+	case apiv1.StatusDisputed:
+		// The workers answered, with results that conflict.
+		return http.StatusConflict, reasonDisputed
 	}
 	return http.StatusInternalServerError, reasonUnknownState
 }
@@ -214,6 +225,7 @@ func responseOf(res dispatch.WorkResult) apiv1.WorkResponse {
 		Explanation:  res.Explanation,
 		QueuedMS:     apiv1.Millis(res.Queued),
 		BusyRefusals: res.BusyRefusals,
+		Verify:       res.Verify,
 	}
 	if out.Attempts == nil {
 		out.Attempts = []apiv1.Attempt{}
@@ -273,6 +285,7 @@ func (a *Work) parse(w http.ResponseWriter, r *http.Request) (dispatch.WorkReque
 	targets := map[string]any{
 		"type": &in.Type, "payload": &in.Payload, "payload_b64": &in.PayloadB64,
 		"timeout": &in.Timeout, "labels": &in.Labels, "min_head": &in.MinHead,
+		"verify": &in.Verify,
 	}
 	for _, name := range apiFields {
 		v, ok := fields[name]
@@ -336,6 +349,15 @@ func (a *Work) check(b apiv1.WorkRequest) (dispatch.WorkRequest, *badRequest) {
 		}
 	}
 	req.Labels = b.Labels
+	if v := b.Verify; v != nil {
+		req.Verify = config.Verify{Replicas: v.Replicas, Agree: v.Agree}
+		if p := req.Verify.Problem(); p != "" || !req.Verify.On() {
+			if p == "" {
+				p = "replicas 0: give replicas and agree, such as {\"replicas\": 3, \"agree\": 2}"
+			}
+			return dispatch.WorkRequest{}, invalid("verify", "%s", p)
+		}
+	}
 	return req, nil
 }
 

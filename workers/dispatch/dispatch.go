@@ -48,6 +48,13 @@ type WorkRequest struct {
 	Labels []string
 	// MinHead is the position the request names, if any.
 	MinHead *uint64
+	// Verify asks for the result from several distinct workers, compared
+	// byte for byte (see verified); zero means its type's verify default.
+	Verify config.Verify
+
+	// claims is shared by the replicas of a verified request: the local
+	// worker casts at most one vote.
+	claims *selection.Claims
 }
 
 // WorkResult is the one terminal result of a request.
@@ -88,6 +95,13 @@ type WorkResult struct {
 	// Detail is the deciding failure's exit code, stderr, HTTP status or
 	// body (custom work types); nil when it has none.
 	Detail *workers.Detail
+
+	// Verify is how a verified request's votes went; nil when it was not
+	// verified.
+	Verify *apiv1.VerifyView
+	// Invalid marks a request refused as asked (Error says why): an API
+	// answers it as a bad request.
+	Invalid bool
 }
 
 // Dispatcher sends submitted requests to the best remote worker, chosen by
@@ -129,6 +143,12 @@ type Dispatcher struct {
 	// needs holds, by work type, the least time its work is seen to take
 	// (see need).
 	needs sync.Map
+	// trust counts verified requests, disputes and audits.
+	trust *trustMetrics
+	// verifyDefaults holds the work types with a verify default.
+	verifyDefaults map[string]config.Verify
+	// audits runs the audits of answered results (see audit.go).
+	audits *auditor
 }
 
 // Option adjusts a Dispatcher.
@@ -201,7 +221,7 @@ func New(cfg config.Config, n *node.Node, local *pool.Pool, opts ...Option) (*Di
 	d := &Dispatcher{
 		cfg: cfg, node: n, sel: sel, client: client, pool: local, log: o.log, catalog: catalogOf(local, o.catalog),
 		prefix: id[max(0, len(id)-6):] + "-", debug: debug, metrics: newDispatchMetrics(),
-		syncDelay: defaultSyncDelay,
+		syncDelay: defaultSyncDelay, trust: newTrustMetrics(),
 		// Requests wait on the real clock of their deadlines.
 		admission: selection.NewAdmission(cfg.Worker.AdmissionQueueSize, nil),
 	}
@@ -209,6 +229,8 @@ func New(cfg config.Config, n *node.Node, local *pool.Pool, opts ...Option) (*Di
 		d.metrics.transition(t)
 		d.transitions.fire()
 	})
+	d.audits = newAuditor(d)
+	d.verifyDefaults = verifyDefaults(cfg)
 	return d, nil
 }
 
@@ -247,6 +269,13 @@ func (d *Dispatcher) Dispatch(ctx context.Context, req WorkRequest) WorkResult {
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	if req.Verify = d.verifyFor(req); req.Verify.On() || req.Verify.Agree != 0 {
+		res := d.verified(ctx, req)
+		res.RequestID = req.ID
+		res.Duration = time.Since(start)
+		d.observe(req, res, nil)
+		return res
+	}
 
 	// Only hedging asks whether the request is idempotent (for jsonrpc
 	// that reads the payload).
@@ -264,6 +293,7 @@ func (d *Dispatcher) Dispatch(ctx context.Context, req WorkRequest) WorkResult {
 	res.RequestID = req.ID
 	res.Duration = time.Since(start)
 	d.observe(req, res, plan)
+	d.audits.maybe(req, res)
 	return res
 }
 
@@ -283,6 +313,9 @@ func (d *Dispatcher) InFlight() int { return int(d.requests.Active()) }
 // decided it and the plan allows it.
 func (d *Dispatcher) fallback(ctx context.Context, req WorkRequest, plan *selection.Plan, res WorkResult) WorkResult {
 	localWhy := d.localRefusal(req.Type, req.Labels)
+	if localWhy == "" && req.claims != nil && !req.claims.Claim(LocalWorker) {
+		localWhy = "the local worker has cast its vote for this verified request already"
+	}
 	local := localWhy == ""
 	if ctx.Err() != nil {
 		res.cutShort(ctx, req)

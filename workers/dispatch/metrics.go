@@ -308,7 +308,8 @@ func (d *Dispatcher) Collector() prometheus.Collector {
 	return scrape.Collector(d.collect,
 		[]*prometheus.Desc{descInFlight, descAdmission, descLiveness, descLivenessCount, descScore, descRated, descPeerRTT},
 		m.requests, m.duration, m.attempts, m.hedgesFired, m.hedgesWon,
-		m.fallbacks, m.beyondHead, m.transitions, m.polls, m.pollRTT)
+		m.fallbacks, m.beyondHead, m.transitions, m.polls, m.pollRTT,
+		d.trust.verified, d.trust.disputes, d.trust.audits)
 }
 
 // collect sends what the dispatcher knows of its peers now: the liveness

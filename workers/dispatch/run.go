@@ -27,6 +27,7 @@ const defaultSyncDelay = 5 * time.Millisecond
 func (d *Dispatcher) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	defer d.audits.stop()
 	const tick = 50 * time.Millisecond
 	ticker := time.NewTicker(tick)
 	defer ticker.Stop()

@@ -64,6 +64,7 @@ func (d *Dispatcher) PeerStatuses() []apiv1.PeerStatus {
 			Failures: live.Failures(raw), Scores: []apiv1.TypeScore{},
 			Reason:     live.Reason(raw),
 			Connection: d.node.Connection(pi.Data.PeerID),
+			Disputes:   live.Disputes(raw),
 		}
 		if left(pi) {
 			ps.State = apiv1.StateLeft

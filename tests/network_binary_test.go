@@ -3,10 +3,9 @@ package tests
 import (
 	"bufio"
 	"bytes"
-	"context"
-	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -142,27 +141,14 @@ func awaitListed(t *testing.T, bin string, gw *nodeProcess, peers ...*nodeProces
 	}
 }
 
-// peersOf runs `workmesh peers --output json` against a node's API.
+// peersOf runs `workmesh peers --output json` against a node's API and
+// returns the peer IDs it lists, sorted.
 func peersOf(t *testing.T, bin, api string) ([]string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "peers", "--api", api, "--output", "json")
-	cmd.Env = cliEnv(t, nil)
-	out, err := cmd.Output()
+	m, err := workTypesOf(t, bin, api)
 	if err != nil {
-		return nil, fmt.Errorf("workmesh peers: %w", err)
+		return nil, err
 	}
-	var peers []struct {
-		ID        string   `json:"id"`
-		WorkTypes []string `json:"work_types"`
-	}
-	if err := json.Unmarshal(out, &peers); err != nil {
-		return nil, fmt.Errorf("decode %q: %w", out, err)
-	}
-	var ids []string
-	for _, p := range peers {
-		ids = append(ids, p.ID)
-	}
+	ids := slices.Sorted(maps.Keys(m))
 	return ids, nil
 }
 

@@ -359,18 +359,7 @@ func checkStatement(v *statementView, want authority.Expect, verify func(authori
 }
 
 // readStatement reads a certificate or revocation file, bounded.
-func readStatement(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, authority.MaxEncoded+1))
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return b, nil
-}
+func readStatement(path string) ([]byte, error) { return authority.ReadFile(path) }
 
 func printStatement(w io.Writer, v statementView, now time.Time) {
 	if v.Kind == "revocation" {

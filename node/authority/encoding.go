@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"io"
+	"os"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -244,4 +246,20 @@ func checkLabels(labels []string) error {
 
 func notLabelRune(r rune) bool {
 	return r <= ' ' || r == ',' || r == 0x7f || r == utf8.RuneError
+}
+
+// ReadFile reads a certificate or revocation file: at most MaxEncoded
+// bytes and one more, which the decoders refuse as too long, so that a
+// wrong path to a large file costs no more than that.
+func ReadFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, MaxEncoded+1))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return b, nil
 }

@@ -2,8 +2,6 @@ package stack
 
 import (
 	"fmt"
-	"io"
-	"os"
 
 	"github.com/workmesh/workmesh/config"
 	"github.com/workmesh/workmesh/node"
@@ -26,7 +24,7 @@ func membershipOptions(cfg config.Config) ([]node.Option, []string, error) {
 	}
 	var cert *authority.Certificate
 	if m.MembershipCert != "" {
-		b, err := readCertificate(m.MembershipCert)
+		b, err := authority.ReadFile(m.MembershipCert)
 		if err != nil {
 			return nil, nil, usageError(fmt.Errorf("membership-cert: %w", err))
 		}
@@ -39,19 +37,4 @@ func membershipOptions(cfg config.Config) ([]node.Option, []string, error) {
 		labels = cert.Labels()
 	}
 	return []node.Option{node.WithMembership(auth, cert)}, labels, nil
-}
-
-// readCertificate reads a certificate file, at most what an encoded
-// statement can be (and one byte more, which the decoder refuses).
-func readCertificate(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, authority.MaxEncoded+1))
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return b, nil
 }

@@ -76,11 +76,13 @@ type vote struct {
 // a vote without a result; the next one is started while replicas are
 // left. The results of the replicas that succeeded are compared byte for
 // byte; Agree equal ones are the answer, given at once. Every vote in that
-// differs from it counts a dispute against its worker; a replica still
-// running then goes on in the background, within the request's deadline
-// (lateVotes), and a late vote that differs counts one too. No replica is
-// started once the request's deadline has passed or its caller gave up.
-// The answer lists the votes cast before it.
+// differs from it counts a dispute against its worker. As no more
+// replicas run than the leading result needs to reach Agree, none is
+// left running at the answer; should one be, it goes on in the
+// background within the request's deadline (lateVotes), where a late vote
+// that differs counts a dispute too. No replica is started once the
+// request's deadline has passed or its caller gave up. The answer lists
+// the votes cast before it.
 func (d *Dispatcher) verified(ctx context.Context, req WorkRequest) WorkResult {
 	v := req.Verify
 	if why := d.verifyProblem(req); why != "" {

@@ -17,18 +17,6 @@ import (
 	"github.com/workmesh/workmesh/selection"
 )
 
-// A verified request (WorkRequest.Verify, or its type's verify default)
-// runs as Replicas replicas at once. Each replica is an ordinary dispatch
-// of its own (plan, retries, hedges, the admission queue), and their plans
-// share one selection.Claims: a peer one replica took is never offered to
-// another, so each vote is a distinct peer's. The local worker is one
-// distinct node too: it may cast one vote, as the fallback of a replica
-// that found no remote peer left. The results of the replicas that
-// succeeded are compared byte for byte; Agree equal ones are the answer,
-// given at once. The replicas still running then go on in the background,
-// within the request's deadline (lateVotes): a late vote that differs
-// from the answer counts a dispute against its worker, so that a slow
-// liar is outvoted too. The answer lists the votes cast before it.
 // trustMetrics count verified requests, disputes and audits.
 type trustMetrics struct {
 	verified *prometheus.CounterVec
@@ -72,6 +60,29 @@ type vote struct {
 }
 
 // verified runs a verified request to its one result.
+//
+// A verified request (WorkRequest.Verify, or its type's verify default)
+// starts Agree replicas at first, at once, and more (up to Replicas in
+// all) only while Agree matching results can no longer be had from the
+// votes in and the replicas still running: when a replica fails, or when
+// results differ. With every worker honest and up, a request 2/3 thus
+// costs two runs, not three; a liar among the first two makes them differ,
+// and the third replica decides. Each replica is an ordinary dispatch of
+// its own (plan, retries, hedges, the admission queue), and their plans
+// share one selection.Claims: a peer one replica took is never offered to
+// another, so each vote is a distinct peer's. The local worker is one
+// distinct node too: it may cast one vote, as the fallback of a replica
+// that found no remote peer left. A replica that finds no worker at all is
+// a vote without a result; the next one is started while replicas are
+// left. The results of the replicas that succeeded are compared byte for
+// byte; Agree equal ones are the answer, given at once. Every vote in that
+// differs from it counts a dispute against its worker. As no more
+// replicas run than the leading result needs to reach Agree, none is
+// left running at the answer; should one be, it goes on in the
+// background within the request's deadline (lateVotes), where a late vote
+// that differs counts a dispute too. No replica is started once the
+// request's deadline has passed or its caller gave up. The answer lists
+// the votes cast before it.
 func (d *Dispatcher) verified(ctx context.Context, req WorkRequest) WorkResult {
 	v := req.Verify
 	if why := d.verifyProblem(req); why != "" {
@@ -84,45 +95,39 @@ func (d *Dispatcher) verified(ctx context.Context, req WorkRequest) WorkResult {
 	dl, _ := ctx.Deadline()
 	rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), dl)
 	votes := make(chan vote, v.Replicas)
-	for i := range v.Replicas {
-		r := req
-		r.ID = req.ID + "." + strconv.Itoa(i+1)
-		r.claims = claims
-		go func() {
-			sreq := selection.Request{WorkType: r.Type, Labels: r.Labels, Claims: claims,
-				Idempotent: d.cfg.Hedge.MaxCount > 0 && d.catalog.Idempotent(r.Type, r.Payload)}
-			if r.MinHead != nil {
-				sreq.MinHead, sreq.HasMinHead = *r.MinHead, true
-			}
-			res := d.place(rctx, r, sreq, d.sel.Plan(sreq))
-			vt := vote{res: res}
-			if res.Status == apiv1.StatusOK || res.Status == apiv1.StatusEmpty {
-				sum := sha256.Sum256(res.Output)
-				vt.digest = hex.EncodeToString(sum[:])
-				if res.Status == apiv1.StatusEmpty {
-					vt.digest = "empty"
-				}
-			}
-			votes <- vt
-		}()
+	started, running := 0, 0
+	start := func(n int) {
+		for ; n > 0 && started < v.Replicas; n-- {
+			started++
+			running++
+			go func(i int) { votes <- d.replica(rctx, req, i, claims) }(started)
+		}
 	}
+	start(v.Agree)
 	var all []vote
 	counts := map[string]int{}
-	for len(all) < v.Replicas {
+	best := 0 // the most votes one result has
+	for running > 0 {
 		select {
 		case vt := <-votes:
+			running--
 			all = append(all, vt)
-			if vt.digest == "" {
-				continue
-			}
-			counts[vt.digest]++
-			if counts[vt.digest] >= v.Agree {
-				if left := v.Replicas - len(all); left > 0 {
-					d.audits.lateVotes(req, votes, left, vt.digest, cancel)
-				} else {
-					cancel()
+			if vt.digest != "" {
+				counts[vt.digest]++
+				best = max(best, counts[vt.digest])
+				if counts[vt.digest] >= v.Agree {
+					if running > 0 {
+						d.audits.lateVotes(req, votes, running, vt.digest, cancel)
+					} else {
+						cancel()
+					}
+					return d.tally(req, all, vt.digest, counts)
 				}
-				return d.tally(req, all, vt.digest, counts)
+			}
+			if rctx.Err() == nil {
+				// Enough replicas running again for the leading result
+				// to reach Agree, should they all side with it.
+				start(v.Agree - best - running)
 			}
 		case <-ctx.Done():
 			cancel() // the caller gave up: the replicas end, and send their votes
@@ -131,6 +136,29 @@ func (d *Dispatcher) verified(ctx context.Context, req WorkRequest) WorkResult {
 	}
 	cancel()
 	return d.tally(req, all, "", counts)
+}
+
+// replica runs replica i (from 1) of the verified request req, its
+// plan's peers those claims does not hold yet, to its vote.
+func (d *Dispatcher) replica(ctx context.Context, req WorkRequest, i int, claims *selection.Claims) vote {
+	r := req
+	r.ID = req.ID + "." + strconv.Itoa(i)
+	r.claims = claims
+	sreq := selection.Request{WorkType: r.Type, Labels: r.Labels, Claims: claims,
+		Idempotent: d.cfg.Hedge.MaxCount > 0 && d.catalog.Idempotent(r.Type, r.Payload)}
+	if r.MinHead != nil {
+		sreq.MinHead, sreq.HasMinHead = *r.MinHead, true
+	}
+	res := d.place(ctx, r, sreq, d.sel.Plan(sreq))
+	vt := vote{res: res}
+	switch res.Status {
+	case apiv1.StatusOK:
+		sum := sha256.Sum256(res.Output)
+		vt.digest = hex.EncodeToString(sum[:])
+	case apiv1.StatusEmpty:
+		vt.digest = "empty"
+	}
+	return vt
 }
 
 // tally makes the votes the request's result, and counts a dispute

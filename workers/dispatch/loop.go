@@ -114,6 +114,11 @@ func (l *attemptLoop) run(s strategy) {
 		case ended:
 			l.d.attemptEnded(l.req.Type, r.outcome, r.dur)
 			v := l.plan.Report(r.pick, r.outcome, r.dur)
+			if r.outcome == workers.Busy {
+				if det := workers.DetailOf(r.resp.Result); det != nil && det.RetryAfter > 0 {
+					l.plan.HoldOff(r.pick, det.RetryAfter) // the worker's service asked to wait
+				}
+			}
 			l.res.Attempts = append(l.res.Attempts, l.d.attemptOf(r, r.outcome))
 			if v == selection.Done {
 				l.d.decided(r, &l.res)

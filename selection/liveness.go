@@ -568,7 +568,7 @@ func (l *Liveness) dueLocked() []string {
 				out = append(out, id)
 			}
 		default:
-			if l.cfg.PollInterval > 0 && !now.Before(h.lastPoll.Add(l.cfg.PollInterval)) {
+			if l.cfg.PollInterval > 0 && !now.Before(h.lastPoll.Add(l.pollInterval(h))) {
 				out = append(out, id)
 			}
 		}
@@ -598,4 +598,32 @@ func (l *Liveness) handles(ids []string) []*health {
 		out[i] = l.handleLocked(id)
 	}
 	return out
+}
+
+// AwaitsFirstPoll reports whether the peer is new and has not answered a
+// poll yet (StateProbing under AwaitFirstPoll, not selected until it
+// answers one): a request that finds only such candidates may wait for
+// that poll instead of being refused.
+func (l *Liveness) AwaitsFirstPoll(id string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	h := l.peers[id]
+	return h != nil && h.fresh && h.load() == StateProbing
+}
+
+// probeIntervalDivisor divides poll-interval for a peer that answers again
+// (see pollInterval).
+const probeIntervalDivisor = 4
+
+// pollInterval returns the time between the peer's polls: poll-interval,
+// or a quarter of it while the peer is StateProbing after it answered a
+// redial (back from a partition, a restart, a cordon): the good polls in
+// a row it needs come that much sooner, so a peer that is back serves
+// again within about a second at the defaults, not after whole intervals.
+// A failure among them sends it back to redialing as before.
+func (l *Liveness) pollInterval(h *health) time.Duration {
+	if h.load() == StateProbing && !h.fresh {
+		return l.cfg.PollInterval / probeIntervalDivisor
+	}
+	return l.cfg.PollInterval
 }

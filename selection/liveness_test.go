@@ -412,3 +412,43 @@ func TestLiveness_StallCordons(t *testing.T) {
 		t.Fatalf("strikes %d after an answer, want 0", n)
 	}
 }
+
+// TestLiveness_ProbingPeerPolledSooner: a peer that answers its redial is
+// polled again after a quarter of poll-interval, not a whole one, until
+// its good polls in a row make it alive; alive again, and while new and
+// waiting for its first answer, it is polled every poll-interval.
+func TestLiveness_ProbingPeerPolledSooner(t *testing.T) {
+	l, clk := newLiveness(t, 1, 2) // poll-interval 1s
+	report(l, "p", "f")
+	if got := l.State("p"); got != StateUnreachable {
+		t.Fatalf("state %s, want unreachable", got)
+	}
+	report(l, "p", "s") // the redial answers
+	if got := l.State("p"); got != StateProbing {
+		t.Fatalf("after a good redial: state %s, want probing", got)
+	}
+	due := func() bool { return slices.Contains(l.Due(), "p") }
+	clk.Advance(249 * time.Millisecond)
+	if due() {
+		t.Fatal("probing peer due before a quarter of poll-interval")
+	}
+	for i := range 2 {
+		clk.Advance(time.Millisecond)
+		if !due() {
+			t.Fatalf("probing peer not due a quarter of poll-interval after good poll %d", i)
+		}
+		report(l, "p", "s")
+		clk.Advance(249 * time.Millisecond)
+	}
+	if got := l.State("p"); got != StateAlive {
+		t.Fatalf("after 2 good polls: state %s, want alive", got)
+	}
+	clk.Advance(700 * time.Millisecond) // 949ms after the last poll
+	if due() {
+		t.Fatal("alive peer due before poll-interval")
+	}
+	clk.Advance(51 * time.Millisecond)
+	if !due() {
+		t.Fatal("alive peer not due after poll-interval")
+	}
+}

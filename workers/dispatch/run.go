@@ -9,6 +9,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/p2p/host/eventbus"
+	"github.com/libp2p/go-libp2p/p2p/net/swarm"
 	"github.com/sirupsen/logrus"
 
 	"github.com/workmesh/workmesh/node"
@@ -65,26 +66,30 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	}
 	// Liveness learns from the network: a new connection from a peer it
 	// holds unreachable (it came back, or its site's link did) is probed
-	// at once instead of at the end of its redial backoff.
+	// at once instead of at the end of its redial backoff, and so is one
+	// from a new peer whose first polls found no way to it yet (its relay
+	// slot came after its record).
 	conns := d.connectedPeers()
 	defer conns.Close()
-	// A new record from a peer liveness holds unreachable (new addresses:
-	// a relay slot it reserved, a link back) is probed at once too.
+	// A new record from a peer liveness holds unreachable or that awaits
+	// its first poll (new addresses: a relay slot it reserved, a link
+	// back) is probed at once too.
 	seqs := map[string]uint64{}
 	probeNewRecords := func() {
 		live := d.sel.Liveness()
-		if live.Counts()[selection.StateUnreachable] == 0 {
+		if c := live.Counts(); c[selection.StateUnreachable] == 0 && c[selection.StateProbing] == 0 {
 			clear(seqs)
 			return
 		}
 		for _, pi := range table.Peers() {
 			id := string(pi.Data.PeerID)
-			if live.State(id) != selection.StateUnreachable {
+			if !d.probeWorthy(id) {
 				delete(seqs, id)
 				continue
 			}
 			if seq, seen := seqs[id]; seen && seq != pi.Data.Sequence {
 				if due, ok := live.PollFor(id); ok {
+					d.forgetDialBackoff(pi.Data.PeerID)
 					startPoll(due)
 				}
 			}
@@ -126,10 +131,26 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 				syncC = time.After(d.syncDelay)
 			}
 		case ev := <-conns.Out():
-			if e, ok := ev.(lpevent.EvtPeerConnectednessChanged); ok && e.Connectedness == network.Connected &&
-				d.sel.Liveness().State(string(e.Peer)) == selection.StateUnreachable {
+			// A relayed (limited) connection counts: health pings and
+			// small work use it.
+			e, ok := ev.(lpevent.EvtPeerConnectednessChanged)
+			if !ok {
+				break
+			}
+			if (e.Connectedness == network.Connected || e.Connectedness == network.Limited) && d.probeWorthy(string(e.Peer)) {
 				if due, ok := d.sel.Liveness().PollFor(string(e.Peer)); ok {
+					d.forgetDialBackoff(e.Peer)
 					startPoll(due)
+				}
+			}
+			if d.noteRelayed(e.Peer, e.Connectedness == network.Limited) {
+				// Direct peers win over relayed ones among equals: the
+				// candidate changes, and is synced now or at the window's end.
+				if syncC == nil {
+					d.syncPeers()
+					syncC = time.After(d.syncDelay)
+				} else {
+					syncPending = true
 				}
 			}
 		case <-ticker.C:
@@ -145,6 +166,41 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// noteRelayed records whether the host is connected to p through a relay
+// only, and reports whether that changed.
+func (d *Dispatcher) noteRelayed(p peer.ID, relayed bool) bool {
+	if d.relayed[p] == relayed {
+		return false
+	}
+	if relayed {
+		if d.relayed == nil {
+			d.relayed = make(map[peer.ID]bool)
+		}
+		d.relayed[p] = true
+	} else {
+		delete(d.relayed, p)
+	}
+	return true
+}
+
+// forgetDialBackoff clears the host's dial backoff of p before a probe
+// that news of it asked for: the failed dials it remembers were to what p
+// was before (no relay slot yet, its link down), and the probe would
+// otherwise fail at once with "a dial just failed".
+func (d *Dispatcher) forgetDialBackoff(p peer.ID) {
+	if sw, ok := d.node.Host().Network().(*swarm.Swarm); ok {
+		sw.Backoff().Clear(p)
+	}
+}
+
+// probeWorthy reports whether news of the peer (a new connection, a new
+// record) is worth a poll at once: it is unreachable, or new and not yet
+// answering (its first polls may have found no address to dial).
+func (d *Dispatcher) probeWorthy(id string) bool {
+	live := d.sel.Liveness()
+	return live.State(id) == selection.StateUnreachable || live.AwaitsFirstPoll(id)
 }
 
 // poll pings one peer over the health protocol and reports the result to
@@ -226,13 +282,15 @@ func (d *Dispatcher) syncPeers() {
 	for _, e := range entries {
 		id := e.Data.PeerID
 		old, ok := d.synced[id]
+		relayed := !e.Connected && d.relayed[id]
 		if ok {
 			kept++
-			if old.entry == e {
+			if old.entry == e && old.peer.Relayed == relayed {
 				continue
 			}
 		}
 		sp := syncedPeer{entry: e, peer: peerOf(*e), name: old.name}
+		sp.peer.Relayed = relayed
 		if ok && left(*e) && !left(*old.entry) {
 			d.log.WithField("peer", id.String()).Info("peer left: it withdrew its work types and disconnected")
 		}

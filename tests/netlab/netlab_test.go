@@ -459,3 +459,18 @@ func TestNetlab_FirstResultNATvsPublic(t *testing.T) {
 	mn, mp := nat[len(nat)/2], pub[len(pub)/2]
 	t.Logf("time to first remote result from a NAT'd gateway: NAT'd worker median %.2fs, public worker median %.2fs, ratio %.2f (%d runs)", mn.Seconds(), mp.Seconds(), mn.Seconds()/mp.Seconds(), n)
 }
+
+// TestNetlab_MDNSFindsLANPeer: two nodes on one network segment (the lab's
+// internet bridge), started with --mdns and no bootstrap address, find
+// each other by multicast DNS and serve each other's work.
+func TestNetlab_MDNSFindsLANPeer(t *testing.T) {
+	l := newLab(t)
+	l.publicHost("pa", 10)
+	l.publicHost("pb", 11)
+	a := l.start("pa", "--mdns", "--work-types", "echo")
+	b := l.start("pb", "--mdns", "--work-types", "sha256")
+	idA, idB := a.id(), b.id()
+	lists(l, b, idA, "echo", 20*time.Second)
+	lists(l, a, idB, "sha256", 20*time.Second)
+	servedBy(t, a, b, idB, 10*time.Second)
+}

@@ -627,3 +627,26 @@ func (l *Liveness) pollInterval(h *health) time.Duration {
 	}
 	return l.cfg.PollInterval
 }
+
+// FirstPollsFailed reports whether the peer awaits its first poll (see
+// AwaitsFirstPoll) and at least one of its polls failed: news of it (a
+// new record, a connection) may be the way to it those polls lacked.
+func (l *Liveness) FirstPollsFailed(id string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	h := l.peers[id]
+	return h != nil && h.fresh && h.failures > 0 && h.load() == StateProbing
+}
+
+// CountFirstPollsFailed returns how many peers FirstPollsFailed holds.
+func (l *Liveness) CountFirstPollsFailed() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, h := range l.peers {
+		if h.fresh && h.failures > 0 && h.load() == StateProbing {
+			n++
+		}
+	}
+	return n
+}

@@ -452,3 +452,23 @@ func TestLiveness_ProbingPeerPolledSooner(t *testing.T) {
 		t.Fatal("alive peer not due after poll-interval")
 	}
 }
+
+// TestLiveness_FirstPollsFailed: a new peer awaits its first poll; once a
+// poll of it failed it is news-worthy (FirstPollsFailed), until one
+// answers and it is alive.
+func TestLiveness_FirstPollsFailed(t *testing.T) {
+	l, _ := newLiveness(t, 5, 2)
+	l.AwaitFirstPoll()
+	report(l, "p", "")
+	if !l.AwaitsFirstPoll("p") || l.FirstPollsFailed("p") || l.CountFirstPollsFailed() != 0 {
+		t.Fatalf("new peer: awaits %v, failed %v, count %d; want true, false, 0", l.AwaitsFirstPoll("p"), l.FirstPollsFailed("p"), l.CountFirstPollsFailed())
+	}
+	report(l, "p", "f")
+	if !l.FirstPollsFailed("p") || l.CountFirstPollsFailed() != 1 {
+		t.Fatalf("after a failed first poll: failed %v, count %d; want true, 1", l.FirstPollsFailed("p"), l.CountFirstPollsFailed())
+	}
+	report(l, "p", "s")
+	if got := l.State("p"); got != StateAlive || l.AwaitsFirstPoll("p") || l.FirstPollsFailed("p") || l.CountFirstPollsFailed() != 0 {
+		t.Fatalf("after its first good poll: state %s, awaits %v, failed %v", got, l.AwaitsFirstPoll("p"), l.FirstPollsFailed("p"))
+	}
+}

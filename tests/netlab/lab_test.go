@@ -384,7 +384,7 @@ func (l *lab) start(role string, args ...string) *wmNode {
 // stop ends the node's process (by its pid) and waits for it: SIGTERM,
 // on which it withdraws its work types from its record (others no longer
 // send it work) and stops within its 1s drain-timeout. Its log goes to the
-// test's output when the test failed.
+// test's output when the test failed, or always with WMTEST_NETLAB_LOGS=1.
 func (n *wmNode) stop() {
 	select {
 	case <-n.done:
@@ -397,7 +397,7 @@ func (n *wmNode) stop() {
 			<-n.done
 		}
 	}
-	if n.l.t.Failed() {
+	if n.l.t.Failed() || os.Getenv("WMTEST_NETLAB_LOGS") == "1" {
 		if b, err := os.ReadFile(n.logPath); err == nil {
 			if len(b) > 6000 {
 				b = b[len(b)-6000:]

@@ -17,6 +17,10 @@ import (
 // instead of being refused at once: work submitted the moment a worker is
 // listed succeeds once the worker is reached, directly or through a relay.
 
+// probeWaitTick is how often a request waiting for probing candidates
+// looks at their state again.
+const probeWaitTick = 50 * time.Millisecond
+
 // awaitFirstPolls reports whether res, the answer of a request whose plan
 // was plan, is a refusal that a first poll may undo: no attempt was made,
 // no worker was busy, and a candidate is probing. It then waits
@@ -42,9 +46,10 @@ func (d *Dispatcher) awaitFirstPolls(ctx context.Context, req WorkRequest, plan 
 	if left <= 0 {
 		return false
 	}
-	// The ranking's change wakes it; the timer bounds a wait that no
-	// change ends (the peer stays unpolled) and leaves room for the work.
-	t := time.NewTimer(min(left, d.cfg.Liveness.PollInterval))
+	// A poll's answer changes the peer's state without a new ranking: the
+	// request looks again every probeWaitTick, or at the ranking's change
+	// (a peer synced), within the room its work needs.
+	t := time.NewTimer(min(left, probeWaitTick))
 	defer t.Stop()
 	select {
 	case <-d.sel.Changed():

@@ -71,29 +71,33 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	// slot came after its record).
 	conns := d.connectedPeers()
 	defer conns.Close()
-	// A new record from a peer liveness holds unreachable or that awaits
-	// its first poll (new addresses: a relay slot it reserved, a link
-	// back) is probed at once too.
+	// A new record from a peer liveness holds unreachable, or from a new
+	// one whose first polls failed (new addresses: a relay slot it
+	// reserved, a link back), is probed at once too.
 	seqs := map[string]uint64{}
 	probeNewRecords := func() {
 		live := d.sel.Liveness()
-		if c := live.Counts(); c[selection.StateUnreachable] == 0 && c[selection.StateProbing] == 0 {
+		if live.Counts()[selection.StateUnreachable] == 0 && live.CountFirstPollsFailed() == 0 {
 			clear(seqs)
 			return
 		}
 		for _, pi := range table.Peers() {
 			id := string(pi.Data.PeerID)
-			if !d.probeWorthy(id) {
-				delete(seqs, id)
+			seq, seen := seqs[id]
+			seqs[id] = pi.Data.Sequence
+			failedFirst := live.FirstPollsFailed(id)
+			if !failedFirst && live.State(id) != selection.StateUnreachable {
 				continue
 			}
-			if seq, seen := seqs[id]; seen && seq != pi.Data.Sequence {
+			// A record of its own since the last look is news; so is the
+			// first look at a new peer whose first polls failed: its
+			// record may already be the one after they found no way to it.
+			if seen && seq != pi.Data.Sequence || !seen && failedFirst {
 				if due, ok := live.PollFor(id); ok {
 					d.forgetDialBackoff(pi.Data.PeerID)
 					startPoll(due)
 				}
 			}
-			seqs[id] = pi.Data.Sequence
 		}
 	}
 	for {

@@ -2,6 +2,8 @@ package dispatch
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -41,6 +43,10 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	syncPending := false       // a change arrived since the last sync
 	var mu sync.Mutex
 	polling := map[string]bool{}
+	// again holds the probes news asked for while a poll of the peer was
+	// in flight: that poll may have set out before the news (a dial to
+	// addresses that lead nowhere), so the probe follows it at once.
+	again := map[string]selection.Poll{}
 	sem := make(chan struct{}, 16) // polls in flight at once
 	startPoll := func(due selection.Poll) bool {
 		id := due.Peer
@@ -57,12 +63,33 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		sem <- struct{}{} // never blocks: only this loop sends
 		wg.Go(func() {
 			defer func() { <-sem }()
-			d.poll(ctx, due)
-			mu.Lock()
-			delete(polling, id)
-			mu.Unlock()
+			for {
+				d.poll(ctx, due)
+				mu.Lock()
+				next, ok := again[id]
+				delete(again, id)
+				if !ok || ctx.Err() != nil {
+					delete(polling, id)
+					mu.Unlock()
+					return
+				}
+				mu.Unlock()
+				due = next
+			}
 		})
 		return true
+	}
+	// probe starts a poll that news of the peer asked for, or queues it
+	// behind the poll in flight.
+	probe := func(due selection.Poll) {
+		mu.Lock()
+		if polling[due.Peer] {
+			again[due.Peer] = due
+			mu.Unlock()
+			return
+		}
+		mu.Unlock()
+		startPoll(due)
 	}
 	// Liveness learns from the network: a new connection from a peer it
 	// holds unreachable (it came back, or its site's link did) is probed
@@ -77,7 +104,13 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	seqs := map[string]uint64{}
 	probeNewRecords := func() {
 		live := d.sel.Liveness()
-		if live.Counts()[selection.StateUnreachable] == 0 && live.CountFirstPollsFailed() == 0 {
+		// A new peer's first poll still in flight counts as failed: it
+		// may have set out before the record that shows the way.
+		mu.Lock()
+		inFlight := slices.Collect(maps.Keys(polling))
+		mu.Unlock()
+		freshInFlight := func(id string) bool { return slices.Contains(inFlight, id) && live.AwaitsFirstPoll(id) }
+		if live.Counts()[selection.StateUnreachable] == 0 && live.CountFirstPollsFailed() == 0 && !slices.ContainsFunc(inFlight, freshInFlight) {
 			clear(seqs)
 			return
 		}
@@ -85,7 +118,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			id := string(pi.Data.PeerID)
 			seq, seen := seqs[id]
 			seqs[id] = pi.Data.Sequence
-			failedFirst := live.FirstPollsFailed(id)
+			failedFirst := live.FirstPollsFailed(id) || freshInFlight(id)
 			if !failedFirst && live.State(id) != selection.StateUnreachable {
 				continue
 			}
@@ -95,7 +128,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			if seen && seq != pi.Data.Sequence || !seen && failedFirst {
 				if due, ok := live.PollFor(id); ok {
 					d.forgetDialBackoff(pi.Data.PeerID)
-					startPoll(due)
+					probe(due)
 				}
 			}
 		}
@@ -144,7 +177,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			if (e.Connectedness == network.Connected || e.Connectedness == network.Limited) && d.probeWorthy(string(e.Peer)) {
 				if due, ok := d.sel.Liveness().PollFor(string(e.Peer)); ok {
 					d.forgetDialBackoff(e.Peer)
-					startPoll(due)
+					probe(due)
 				}
 			}
 			if d.noteRelayed(e.Peer, e.Connectedness == network.Limited) {
@@ -235,6 +268,9 @@ func (d *Dispatcher) poll(ctx context.Context, due selection.Poll) {
 	}
 	if ctx.Err() != nil {
 		return // shutting down: not the peer's fault
+	}
+	if err != nil && d.debug {
+		d.log.WithFields(logrus.Fields{"peer": d.idString(id), logrus.ErrorKey: attemptCause(err)}).Debug("poll failed")
 	}
 	d.metrics.poll(id, rtt, err, time.Now())
 	t, changed := d.sel.Liveness().ReportPoll(due, err == nil)

@@ -267,6 +267,8 @@ func (l *Liveness) Failures(id string) int {
 type Poll struct {
 	Peer string
 	gen  uint64
+	// news: asked for by news of the peer (ProbeFor), not the schedule.
+	news bool
 }
 
 // DuePolls is Due with each peer's entry: a poll reported with ReportPoll
@@ -302,6 +304,11 @@ func (l *Liveness) ReportPoll(p Poll, ok bool) (Transition, bool) {
 	defer l.mu.Unlock()
 	h := l.peers[p.Peer]
 	if h == nil || h.gen != p.gen {
+		return Transition{}, false
+	}
+	if !ok && p.news && h.fresh && h.load() == StateProbing {
+		// A probe news asked for that found no way to a new peer yet
+		// counts nothing against it: its scheduled polls do.
 		return Transition{}, false
 	}
 	return l.reportLocked(p.Peer, h, ok)
@@ -649,4 +656,13 @@ func (l *Liveness) CountFirstPollsFailed() int {
 		}
 	}
 	return n
+}
+
+// ProbeFor is PollFor for a probe that news of the peer asked for (a new
+// record, a connection): while the peer is new and awaits its first good
+// poll, a failed one does not count toward poll-failure-threshold.
+func (l *Liveness) ProbeFor(id string) (Poll, bool) {
+	p, ok := l.PollFor(id)
+	p.news = ok
+	return p, ok
 }

@@ -472,3 +472,31 @@ func TestLiveness_FirstPollsFailed(t *testing.T) {
 		t.Fatalf("after its first good poll: state %s, awaits %v, failed %v", got, l.AwaitsFirstPoll("p"), l.FirstPollsFailed("p"))
 	}
 }
+
+// TestLiveness_FailedNewsProbeCountsNothing: a probe news asked for
+// (ProbeFor) that fails counts nothing against a new peer; its scheduled
+// polls do, and a good probe makes it alive.
+func TestLiveness_FailedNewsProbeCountsNothing(t *testing.T) {
+	l, _ := newLiveness(t, 2, 2)
+	l.AwaitFirstPoll()
+	report(l, "p", "")
+	for range 3 {
+		pr, ok := l.ProbeFor("p")
+		if !ok {
+			t.Fatal("ProbeFor: peer not known")
+		}
+		l.ReportPoll(pr, false)
+	}
+	if got := l.State("p"); got != StateProbing || l.FirstPollsFailed("p") {
+		t.Fatalf("after 3 failed news probes: state %s, failed %v; want probing, false", got, l.FirstPollsFailed("p"))
+	}
+	pl, _ := l.PollFor("p")
+	l.ReportPoll(pl, false)
+	if !l.FirstPollsFailed("p") {
+		t.Fatal("a failed scheduled poll did not count")
+	}
+	pr, _ := l.ProbeFor("p")
+	if tr, changed := l.ReportPoll(pr, true); !changed || tr.To != StateAlive {
+		t.Fatalf("a good news probe: %+v, %v; want alive", tr, changed)
+	}
+}

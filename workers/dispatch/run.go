@@ -126,7 +126,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			// first look at a new peer whose first polls failed: its
 			// record may already be the one after they found no way to it.
 			if seen && seq != pi.Data.Sequence || !seen && failedFirst {
-				if due, ok := live.PollFor(id); ok {
+				if due, ok := live.ProbeFor(id); ok {
 					d.forgetDialBackoff(pi.Data.PeerID)
 					probe(due)
 				}
@@ -175,7 +175,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 				break
 			}
 			if (e.Connectedness == network.Connected || e.Connectedness == network.Limited) && d.probeWorthy(string(e.Peer)) {
-				if due, ok := d.sel.Liveness().PollFor(string(e.Peer)); ok {
+				if due, ok := d.sel.Liveness().ProbeFor(string(e.Peer)); ok {
 					d.forgetDialBackoff(e.Peer)
 					probe(due)
 				}
@@ -250,6 +250,13 @@ func (d *Dispatcher) poll(ctx context.Context, due selection.Poll) {
 	var rtt time.Duration
 	pctx, cancel := context.WithTimeout(ctx, d.pollWait(id))
 	defer cancel()
+	if live := d.sel.Liveness(); live.State(id) == selection.StateProbing && !live.AwaitsFirstPoll(id) {
+		// It answered its redial a moment ago: the host's memory of
+		// failed dials to it (while its link was cut) is stale, and a
+		// probing peer's one failure sends it back to redialing. (A new
+		// peer's dials keep their backoff: only news of it clears that.)
+		d.forgetDialBackoff(pid)
+	}
 	if err = d.connect(pctx, id); err == nil {
 		rtt, _, err = d.node.Ping(pctx, pid)
 		if dl, _ := pctx.Deadline(); err != nil && ctx.Err() == nil && !time.Now().Before(dl) {

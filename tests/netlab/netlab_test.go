@@ -443,12 +443,16 @@ func TestNetlab_FirstResultNATvsPublic(t *testing.T) {
 	var nat, pub []time.Duration
 	for i := range n {
 		// Each run's workers serve a work type of their own, so that the
-		// gateway's first result of it comes from the worker just started.
-		w := l.start("pb", append(slices.Clone(boot), "--work-types", "sha256", "--reachability", "public")...)
+		// gateway's first result of it comes from the worker just started,
+		// and listen on ports of their own, so that no NAT mapping or
+		// dial backoff left by the run before reaches the new one.
+		port := strconv.Itoa(4101 + i)
+		listen := []string{"--listen", "/ip4/0.0.0.0/udp/" + port + "/quic-v1", "--listen", "/ip4/0.0.0.0/tcp/" + port}
+		w := l.start("pb", append(slices.Concat(boot, listen), "--work-types", "sha256", "--reachability", "public")...)
 		d := firstResult(l, gw, w, w.id(), "sha256", "hello")
 		pub = append(pub, d)
 		w.stop()
-		w = l.start("sb", append(slices.Clone(boot), "--work-types", "sleep")...)
+		w = l.start("sb", append(slices.Concat(boot, listen), "--work-types", "sleep")...)
 		d2 := firstResult(l, gw, w, w.id(), "sleep", "1ms")
 		nat = append(nat, d2)
 		w.stop()

@@ -627,9 +627,12 @@ const probeIntervalDivisor = 4
 // redial (back from a partition, a restart, a cordon): the good polls in
 // a row it needs come that much sooner, so a peer that is back serves
 // again within about a second at the defaults, not after whole intervals.
-// A failure among them sends it back to redialing as before.
+// A failure among them sends it back to redialing as before. A peer back
+// from a stall cordon is polled every poll-interval.
 func (l *Liveness) pollInterval(h *health) time.Duration {
-	if h.load() == StateProbing && !h.fresh {
+	// A peer back from a stall cordon answered its pings all along: it is
+	// probed at the usual pace.
+	if h.load() == StateProbing && !h.fresh && h.cordons == 0 {
 		return l.cfg.PollInterval / probeIntervalDivisor
 	}
 	return l.cfg.PollInterval

@@ -79,6 +79,8 @@ NETLAB_RUNS ?= 10
 ## netlab: the network lab of issue 19 (tests/netlab; root, iproute2 and nftables): a small internet
 ## in network namespaces with NAT'd sites and real node processes. make test runs it with 2 hole punch
 ## runs (about a minute); this runs every scenario with NETLAB_RUNS fresh pairs of NAT'd nodes and prints
-## the share that went direct and the median time to direct. WMTEST_NETNS=1 fails instead of skipping.
+## the share that went direct and the median time to direct, and the benchmark's time to a NAT'd gateway's
+## first remote result from a NAT'd worker against a public one (medians, ratio). WMTEST_NETNS=1 fails
+## instead of skipping.
 netlab:
 	WMTEST_NETLAB_RUNS=$(NETLAB_RUNS) $(GO) test -count=1 -timeout 15m -run '^TestNetlab' -v ./tests/netlab/

@@ -155,6 +155,8 @@ type NodeConfig struct {
 	// NoAnnounce are multiaddrs, or their prefixes (an /ip4/<addr> alone,
 	// or /ip4/<net>/ipcidr/<bits>), left out of what is advertised.
 	NoAnnounce []string `koanf:"no-announce"`
+	// MDNS finds peers on the local network by multicast DNS.
+	MDNS bool `koanf:"mdns"`
 	// Relays are full multiaddrs of relays a private node reserves a slot
 	// on first; it also uses public peers from its peer table.
 	Relays []string `koanf:"relay"`

@@ -28,7 +28,7 @@ var pinnedDefaults = map[string]any{
 	"newcomer-dials":         8,
 	"newcomer-dial-interval": 2 * time.Second,
 
-	"reachability": "auto", "announce": []string(nil), "no-announce": []string(nil),
+	"reachability": "auto", "announce": []string(nil), "no-announce": []string(nil), "mdns": false,
 	"relay": []string(nil), "relay-service": true, "relay-max-reservations": 128, "relay-max-circuits": 16,
 	"relay-limit-bytes": 1 << 17, "relay-limit-duration": 2 * time.Minute, "hole-punching": true,
 	"public-ranges": []string(nil),
@@ -116,7 +116,7 @@ var pinnedFields = map[string]int{
 	"HTTPConfig":           2,
 	"JSONRPCConfig":        3,
 	"MembershipConfig":     2,
-	"NodeConfig":           26,
+	"NodeConfig":           27,
 	"WorkerConfig":         17,
 	"SelectionConfig":      1,
 	"LivenessConfig":       7,

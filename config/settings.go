@@ -104,6 +104,7 @@ var help = map[string]string{
 	"reachability":           "whether this node is publicly dialable: auto (AutoNAT asks public peers to dial it back), public or private",
 	"announce":               "multiaddrs advertised instead of the listen and observed addresses (relay addresses are still added; repeatable)",
 	"no-announce":            "multiaddrs or prefixes (/ip4/<addr>, /ip4/<net>/ipcidr/<bits>) left out of the advertised addresses (repeatable)",
+	"mdns":                   "find peers of this network on the local network by multicast DNS, without a bootstrap address (off by default: it multicasts on every interface)",
 	"relay":                  "full multiaddr (with /p2p/<id>) of a relay this node reserves a slot on while private, before public peers from its peer table (repeatable)",
 	"relay-service":          "offer circuit relay v2 to private peers while this node is public",
 	"relay-max-reservations": "relay slots this node hands out at most while it offers the relay service",
@@ -183,7 +184,7 @@ var group = map[string]string{
 	"jsonrpc-upstream": "jsonrpc", "jsonrpc-chain-id": "jsonrpc", "jsonrpc-head-interval": "jsonrpc",
 
 	"network-authority": "network", "membership-cert": "network",
-	"reachability": "nat", "announce": "nat", "no-announce": "nat", "relay": "nat",
+	"reachability": "nat", "announce": "nat", "no-announce": "nat", "mdns": "nat", "relay": "nat",
 	"relay-service": "nat", "relay-max-reservations": "nat", "relay-max-circuits": "nat",
 	"relay-limit-bytes": "nat", "relay-limit-duration": "nat", "hole-punching": "nat", "public-ranges": "nat",
 

@@ -192,6 +192,13 @@ func New(ctx context.Context, cfg config.NodeConfig, opts ...Option) (*Node, err
 	}
 	n.parts = append(n.parts, n.dht)
 	h.claim()
+	if cfg.MDNS && h.owned {
+		lan, err := startMDNS(h.Host, cfg.Network, o.log)
+		if err != nil {
+			return fail(fmt.Errorf("mdns: %w", err))
+		}
+		n.parts = append(n.parts, lan)
+	}
 
 	n.parts = append(n.parts, n.api)
 	if err := n.routes(); err != nil {

@@ -273,6 +273,8 @@ func (l *Liveness) Failures(id string) int {
 type Poll struct {
 	Peer string
 	gen  uint64
+	// news: asked for by news of the peer (ProbeFor), not the schedule.
+	news bool
 }
 
 // DuePolls is Due with each peer's entry: a poll reported with ReportPoll
@@ -308,6 +310,11 @@ func (l *Liveness) ReportPoll(p Poll, ok bool) (Transition, bool) {
 	defer l.mu.Unlock()
 	h := l.peers[p.Peer]
 	if h == nil || h.gen != p.gen {
+		return Transition{}, false
+	}
+	if !ok && p.news && h.fresh && h.load() == StateProbing {
+		// A probe news asked for that found no way to a new peer yet
+		// counts nothing against it: its scheduled polls do.
 		return Transition{}, false
 	}
 	return l.reportLocked(p.Peer, h, ok)
@@ -574,7 +581,7 @@ func (l *Liveness) dueLocked() []string {
 				out = append(out, id)
 			}
 		default:
-			if l.cfg.PollInterval > 0 && !now.Before(h.lastPoll.Add(l.cfg.PollInterval)) {
+			if l.cfg.PollInterval > 0 && !now.Before(h.lastPoll.Add(l.pollInterval(h))) {
 				out = append(out, id)
 			}
 		}
@@ -604,4 +611,67 @@ func (l *Liveness) handles(ids []string) []*health {
 		out[i] = l.handleLocked(id)
 	}
 	return out
+}
+
+// AwaitsFirstPoll reports whether the peer is new and has not answered a
+// poll yet (StateProbing under AwaitFirstPoll, not selected until it
+// answers one): a request that finds only such candidates may wait for
+// that poll instead of being refused.
+func (l *Liveness) AwaitsFirstPoll(id string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	h := l.peers[id]
+	return h != nil && h.fresh && h.load() == StateProbing
+}
+
+// probeIntervalDivisor divides poll-interval for a peer that answers again
+// (see pollInterval).
+const probeIntervalDivisor = 4
+
+// pollInterval returns the time between the peer's polls: poll-interval,
+// or a quarter of it while the peer is StateProbing after it answered a
+// redial (back from a partition, a restart, a cordon): the good polls in
+// a row it needs come that much sooner, so a peer that is back serves
+// again within about a second at the defaults, not after whole intervals.
+// A failure among them sends it back to redialing as before. A peer back
+// from a stall cordon is polled every poll-interval.
+func (l *Liveness) pollInterval(h *health) time.Duration {
+	// A peer back from a stall cordon answered its pings all along: it is
+	// probed at the usual pace.
+	if h.load() == StateProbing && !h.fresh && h.cordons == 0 {
+		return l.cfg.PollInterval / probeIntervalDivisor
+	}
+	return l.cfg.PollInterval
+}
+
+// FirstPollsFailed reports whether the peer awaits its first poll (see
+// AwaitsFirstPoll) and at least one of its polls failed: news of it (a
+// new record, a connection) may be the way to it those polls lacked.
+func (l *Liveness) FirstPollsFailed(id string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	h := l.peers[id]
+	return h != nil && h.fresh && h.failures > 0 && h.load() == StateProbing
+}
+
+// CountFirstPollsFailed returns how many peers FirstPollsFailed holds.
+func (l *Liveness) CountFirstPollsFailed() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, h := range l.peers {
+		if h.fresh && h.failures > 0 && h.load() == StateProbing {
+			n++
+		}
+	}
+	return n
+}
+
+// ProbeFor is PollFor for a probe that news of the peer asked for (a new
+// record, a connection): while the peer is new and awaits its first good
+// poll, a failed one does not count toward poll-failure-threshold.
+func (l *Liveness) ProbeFor(id string) (Poll, bool) {
+	p, ok := l.PollFor(id)
+	p.news = ok
+	return p, ok
 }

@@ -412,3 +412,91 @@ func TestLiveness_StallCordons(t *testing.T) {
 		t.Fatalf("strikes %d after an answer, want 0", n)
 	}
 }
+
+// TestLiveness_ProbingPeerPolledSooner: a peer that answers its redial is
+// polled again after a quarter of poll-interval, not a whole one, until
+// its good polls in a row make it alive; alive again, and while new and
+// waiting for its first answer, it is polled every poll-interval.
+func TestLiveness_ProbingPeerPolledSooner(t *testing.T) {
+	l, clk := newLiveness(t, 1, 2) // poll-interval 1s
+	report(l, "p", "f")
+	if got := l.State("p"); got != StateUnreachable {
+		t.Fatalf("state %s, want unreachable", got)
+	}
+	report(l, "p", "s") // the redial answers
+	if got := l.State("p"); got != StateProbing {
+		t.Fatalf("after a good redial: state %s, want probing", got)
+	}
+	due := func() bool { return slices.Contains(l.Due(), "p") }
+	clk.Advance(249 * time.Millisecond)
+	if due() {
+		t.Fatal("probing peer due before a quarter of poll-interval")
+	}
+	for i := range 2 {
+		clk.Advance(time.Millisecond)
+		if !due() {
+			t.Fatalf("probing peer not due a quarter of poll-interval after good poll %d", i)
+		}
+		report(l, "p", "s")
+		clk.Advance(249 * time.Millisecond)
+	}
+	if got := l.State("p"); got != StateAlive {
+		t.Fatalf("after 2 good polls: state %s, want alive", got)
+	}
+	clk.Advance(700 * time.Millisecond) // 949ms after the last poll
+	if due() {
+		t.Fatal("alive peer due before poll-interval")
+	}
+	clk.Advance(51 * time.Millisecond)
+	if !due() {
+		t.Fatal("alive peer not due after poll-interval")
+	}
+}
+
+// TestLiveness_FirstPollsFailed: a new peer awaits its first poll; once a
+// poll of it failed it is news-worthy (FirstPollsFailed), until one
+// answers and it is alive.
+func TestLiveness_FirstPollsFailed(t *testing.T) {
+	l, _ := newLiveness(t, 5, 2)
+	l.AwaitFirstPoll()
+	report(l, "p", "")
+	if !l.AwaitsFirstPoll("p") || l.FirstPollsFailed("p") || l.CountFirstPollsFailed() != 0 {
+		t.Fatalf("new peer: awaits %v, failed %v, count %d; want true, false, 0", l.AwaitsFirstPoll("p"), l.FirstPollsFailed("p"), l.CountFirstPollsFailed())
+	}
+	report(l, "p", "f")
+	if !l.FirstPollsFailed("p") || l.CountFirstPollsFailed() != 1 {
+		t.Fatalf("after a failed first poll: failed %v, count %d; want true, 1", l.FirstPollsFailed("p"), l.CountFirstPollsFailed())
+	}
+	report(l, "p", "s")
+	if got := l.State("p"); got != StateAlive || l.AwaitsFirstPoll("p") || l.FirstPollsFailed("p") || l.CountFirstPollsFailed() != 0 {
+		t.Fatalf("after its first good poll: state %s, awaits %v, failed %v", got, l.AwaitsFirstPoll("p"), l.FirstPollsFailed("p"))
+	}
+}
+
+// TestLiveness_FailedNewsProbeCountsNothing: a probe news asked for
+// (ProbeFor) that fails counts nothing against a new peer; its scheduled
+// polls do, and a good probe makes it alive.
+func TestLiveness_FailedNewsProbeCountsNothing(t *testing.T) {
+	l, _ := newLiveness(t, 2, 2)
+	l.AwaitFirstPoll()
+	report(l, "p", "")
+	for range 3 {
+		pr, ok := l.ProbeFor("p")
+		if !ok {
+			t.Fatal("ProbeFor: peer not known")
+		}
+		l.ReportPoll(pr, false)
+	}
+	if got := l.State("p"); got != StateProbing || l.FirstPollsFailed("p") {
+		t.Fatalf("after 3 failed news probes: state %s, failed %v; want probing, false", got, l.FirstPollsFailed("p"))
+	}
+	pl, _ := l.PollFor("p")
+	l.ReportPoll(pl, false)
+	if !l.FirstPollsFailed("p") {
+		t.Fatal("a failed scheduled poll did not count")
+	}
+	pr, _ := l.ProbeFor("p")
+	if tr, changed := l.ReportPoll(pr, true); !changed || tr.To != StateAlive {
+		t.Fatalf("a good news probe: %+v, %v; want alive", tr, changed)
+	}
+}

@@ -100,13 +100,22 @@ type scoreInputs struct {
 	bestLatency float64 // the lowest mean latency among rated peers of the type
 	headLag     float64 // blocks behind the highest head of the type; 0 when unknown
 	load        float64 // advertised utilisation, 0 (idle) to 1 (full) and beyond
+	relayed     bool    // reached through a relay only
 }
+
+// relayedCost is what a peer reached through a relay only adds to its
+// cost, as much as answering a quarter slower than the best peer: among
+// otherwise equal peers a direct one wins (a relayed connection takes a
+// third host's way and has a data limit), yet a relayed peer clearly
+// better than the rest is still chosen.
+const relayedCost = 0.25
 
 // cost is the sum of the weighted costs behind a score; the score, a number
 // in (0, 1] where higher is better, is 1 / (1 + cost). Each term is a cost
 // scaled by its weight: latency relative to the best peer (a peer twice as
 // slow costs 1), error and busy rates, head lag (a peer 1 behind costs 0.5,
-// far behind nearly 1) and load.
+// far behind nearly 1), load, and relayedCost for a peer reached through a
+// relay only.
 func cost(in scoreInputs, w config.RatingConfig) float64 {
 	cost := 0.0
 	if in.bestLatency > 0 && in.latency > in.bestLatency {
@@ -119,6 +128,9 @@ func cost(in scoreInputs, w config.RatingConfig) float64 {
 	}
 	if in.load > 0 {
 		cost += w.LoadWeight * in.load
+	}
+	if in.relayed {
+		cost += relayedCost
 	}
 	return cost
 }

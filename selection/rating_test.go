@@ -190,3 +190,37 @@ func TestRating_ConcurrentPicksWeighInFlight(t *testing.T) {
 		p.Report(pk, Success, time.Millisecond)
 	}
 }
+
+// TestRating_DirectWinsOverRelayedAmongEquals: of two peers with the same
+// outcomes, the one reached through a relay only ranks after the direct
+// one (without the relay's cost the tie would go to the first by ID, the
+// relayed one); a relayed peer clearly faster than the direct one still
+// ranks first.
+func TestRating_DirectWinsOverRelayedAmongEquals(t *testing.T) {
+	relayed := peer("a", "a")
+	relayed.Relayed = true
+	s, clk := newSelector(t, testConfig(), relayed, peer("b", "b"))
+	first := func() string {
+		t.Helper()
+		s.Refresh()
+		p := s.Plan(Request{WorkType: "sha256"})
+		pk := mustNext(t, p)
+		p.Report(pk, Cancelled, 0) // nothing stays in flight
+		return pk.Peer
+	}
+	if got := first(); got != "b" {
+		t.Fatalf("unrated: first pick %s, want the direct peer b (%+v)", got, s.Ranking("sha256"))
+	}
+	feed(t, s, "a", Success, 5*time.Millisecond, 5)
+	feed(t, s, "b", Success, 5*time.Millisecond, 5)
+	clk.Advance(time.Second)
+	if got := first(); got != "b" {
+		t.Fatalf("equal outcomes: first pick %s, want the direct peer b (%+v)", got, s.Ranking("sha256"))
+	}
+	// b turns four times slower: the relayed peer is the better one.
+	feed(t, s, "b", Success, 40*time.Millisecond, 20)
+	clk.Advance(time.Second)
+	if got := first(); got != "a" {
+		t.Fatalf("relayed peer much faster: first pick %s, want a (%+v)", got, s.Ranking("sha256"))
+	}
+}

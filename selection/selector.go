@@ -46,11 +46,15 @@ type Peer struct {
 	// any more the moment the dispatcher hears of it, long before a dial
 	// to it times out or liveness has counted its failures.
 	Connected bool
+	// Relayed says the node reaches the peer through a relay only (no
+	// direct connection yet, or a NAT no hole punch gets through): rating
+	// adds a cost, so a direct peer wins over it among equals.
+	Relayed bool
 }
 
 // Equal reports whether p and q are the same candidate: every field equal.
 func (p Peer) Equal(q Peer) bool {
-	return p.ID == q.ID && p.Load == q.Load && p.Concurrency == q.Concurrency && p.Connected == q.Connected &&
+	return p.ID == q.ID && p.Load == q.Load && p.Concurrency == q.Concurrency && p.Connected == q.Connected && p.Relayed == q.Relayed &&
 		p.Capacity == q.Capacity && p.Used == q.Used &&
 		slices.Equal(p.Labels, q.Labels) && slices.Equal(p.Types, q.Types)
 }
@@ -244,6 +248,7 @@ type entry struct {
 	hasHead bool
 	load    float64
 	conn    bool // the peer was connected at the last refresh
+	relayed bool // reached through a relay only (Peer.Relayed)
 	score   float64
 	cost    float64 // the score's cost: score = 1 / (1 + cost)
 	// concurrency is the peer's advertised concurrency, at least 1.
@@ -331,7 +336,7 @@ func (s *Selector) Refresh() {
 		for _, t := range p.Types {
 			slab = append(slab, entry{
 				id: p.ID, labels: p.Labels, head: t.Head, hasHead: t.HasHead,
-				load: p.Load, concurrency: float64(max(1, p.Concurrency)), conn: p.Connected,
+				load: p.Load, concurrency: float64(max(1, p.Concurrency)), conn: p.Connected, relayed: p.Relayed,
 				capacity: int64(p.Capacity), used: int64(p.Used),
 				health: s.phealth[i], stats: s.pstats[i], idx: int32(i),
 			})
@@ -389,7 +394,7 @@ func (s *Selector) buildView(name string, entries []*entry) *typeView {
 		}
 	}
 	for _, e := range entries {
-		in := scoreInputs{view: s.views[e.idx], bestLatency: best, load: e.load}
+		in := scoreInputs{view: s.views[e.idx], bestLatency: best, load: e.load, relayed: e.relayed}
 		if e.hasHead && tv.maxHead > e.head {
 			in.headLag = float64(tv.maxHead - e.head)
 		}

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -21,9 +22,11 @@ import (
 	"github.com/workmesh/workmesh/tests/testkit"
 )
 
-// nsPrefix starts the name of every namespace the lab makes; leftovers of
-// an earlier run that did not clean up (killed) are removed by it.
-const nsPrefix = "wml"
+// nsPrefix starts the name of every namespace the lab makes, followed by
+// the pid of the test process that made it: leftovers of an earlier run
+// that did not clean up (killed) are removed by it, and the namespaces of
+// a lab another test process runs at the same time are left alone.
+const nsPrefix = "wmn"
 
 // The lab's address plan, all in documentation ranges: the internet is
 // 198.51.100.0/24 (public hosts .10 and up, routers' uplinks .20 and up),
@@ -106,10 +109,22 @@ func removeLeftovers() {
 	}
 	for line := range strings.Lines(string(out)) {
 		name, _, _ := strings.Cut(strings.TrimSpace(line), " ")
-		if strings.HasPrefix(name, nsPrefix) {
+		if rest, ok := strings.CutPrefix(name, nsPrefix); ok && !ownerRuns(rest) {
 			deleteNS(name)
 		}
 	}
+}
+
+// ownerRuns reports whether the test process whose pid starts rest (a
+// namespace name after nsPrefix, "<pid>-<lab>-<role>") still runs.
+func ownerRuns(rest string) bool {
+	s, _, _ := strings.Cut(rest, "-")
+	pid, err := strconv.Atoi(s)
+	if err != nil || pid <= 1 {
+		return false
+	}
+	err = syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
 }
 
 // deleteNS stops the processes in a namespace, by their pids, and deletes
@@ -148,7 +163,9 @@ func newLab(t *testing.T) *lab {
 	return l
 }
 
-func (l *lab) ns(role string) string { return nsPrefix + l.id + "-" + role }
+func (l *lab) ns(role string) string {
+	return nsPrefix + strconv.Itoa(os.Getpid()) + "-" + l.id + "-" + role
+}
 
 // run runs a command and fails the test with its output when it fails.
 func (l *lab) run(name string, args ...string) {
@@ -367,7 +384,7 @@ func (l *lab) start(role string, args ...string) *wmNode {
 // stop ends the node's process (by its pid) and waits for it: SIGTERM,
 // on which it withdraws its work types from its record (others no longer
 // send it work) and stops within its 1s drain-timeout. Its log goes to the
-// test's output when the test failed.
+// test's output when the test failed, or always with WMTEST_NETLAB_LOGS=1.
 func (n *wmNode) stop() {
 	select {
 	case <-n.done:
@@ -380,7 +397,7 @@ func (n *wmNode) stop() {
 			<-n.done
 		}
 	}
-	if n.l.t.Failed() {
+	if n.l.t.Failed() || os.Getenv("WMTEST_NETLAB_LOGS") == "1" {
 		if b, err := os.ReadFile(n.logPath); err == nil {
 			if len(b) > 6000 {
 				b = b[len(b)-6000:]

@@ -129,6 +129,10 @@ type Dispatcher struct {
 	// syncedAdds is the peer table's Additions as the last syncPeers began:
 	// a different count means a peer arrived since (same owner as synced).
 	syncedAdds uint64
+	// relayed holds the peers connected through a relay only, from the
+	// connection events Run reads (same owner as synced): their
+	// candidates carry Relayed.
+	relayed map[peer.ID]bool
 	// syncDelay spaces out syncs during a burst of table changes; see Run.
 	syncDelay time.Duration
 	// metrics counts requests, attempts and polls (see Collector).
@@ -290,6 +294,10 @@ func (d *Dispatcher) Dispatch(ctx context.Context, req WorkRequest) WorkResult {
 		return res
 	}
 	res := d.place(ctx, req, sreq, plan)
+	for d.awaitFirstPolls(ctx, req, plan, res) {
+		plan = d.sel.Plan(sreq) // no pick was counted: a request still
+		res = d.place(ctx, req, sreq, plan)
+	}
 	res.RequestID = req.ID
 	res.Duration = time.Since(start)
 	d.observe(req, res, plan)

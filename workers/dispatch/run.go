@@ -2,6 +2,8 @@ package dispatch
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -9,6 +11,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/p2p/host/eventbus"
+	"github.com/libp2p/go-libp2p/p2p/net/swarm"
 	"github.com/sirupsen/logrus"
 
 	"github.com/workmesh/workmesh/node"
@@ -41,6 +44,10 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	syncPending := false       // a change arrived since the last sync
 	var mu sync.Mutex
 	polling := map[string]bool{}
+	// again holds the probes news asked for while a poll of the peer was
+	// in flight: that poll may have set out before the news (a dial to
+	// addresses that lead nowhere), so the probe follows it at once.
+	again := map[string]selection.Poll{}
 	sem := make(chan struct{}, 16) // polls in flight at once
 	startPoll := func(due selection.Poll) bool {
 		id := due.Peer
@@ -57,39 +64,74 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		sem <- struct{}{} // never blocks: only this loop sends
 		wg.Go(func() {
 			defer func() { <-sem }()
-			d.poll(ctx, due)
-			mu.Lock()
-			delete(polling, id)
-			mu.Unlock()
+			for {
+				d.poll(ctx, due)
+				mu.Lock()
+				next, ok := again[id]
+				delete(again, id)
+				if !ok || ctx.Err() != nil {
+					delete(polling, id)
+					mu.Unlock()
+					return
+				}
+				mu.Unlock()
+				due = next
+			}
 		})
 		return true
 	}
+	// probe starts a poll that news of the peer asked for, or queues it
+	// behind the poll in flight.
+	probe := func(due selection.Poll) {
+		mu.Lock()
+		if polling[due.Peer] {
+			again[due.Peer] = due
+			mu.Unlock()
+			return
+		}
+		mu.Unlock()
+		startPoll(due)
+	}
 	// Liveness learns from the network: a new connection from a peer it
 	// holds unreachable (it came back, or its site's link did) is probed
-	// at once instead of at the end of its redial backoff.
+	// at once instead of at the end of its redial backoff, and so is one
+	// from a new peer whose first polls found no way to it yet (its relay
+	// slot came after its record).
 	conns := d.connectedPeers()
 	defer conns.Close()
-	// A new record from a peer liveness holds unreachable (new addresses:
-	// a relay slot it reserved, a link back) is probed at once too.
+	// A new record from a peer liveness holds unreachable, or from a new
+	// one whose first polls failed (new addresses: a relay slot it
+	// reserved, a link back), is probed at once too.
 	seqs := map[string]uint64{}
 	probeNewRecords := func() {
 		live := d.sel.Liveness()
-		if live.Counts()[selection.StateUnreachable] == 0 {
+		// A new peer's first poll still in flight counts as failed: it
+		// may have set out before the record that shows the way.
+		mu.Lock()
+		inFlight := slices.Collect(maps.Keys(polling))
+		mu.Unlock()
+		freshInFlight := func(id string) bool { return slices.Contains(inFlight, id) && live.AwaitsFirstPoll(id) }
+		if live.Counts()[selection.StateUnreachable] == 0 && live.CountFirstPollsFailed() == 0 && !slices.ContainsFunc(inFlight, freshInFlight) {
 			clear(seqs)
 			return
 		}
 		for _, pi := range table.Peers() {
 			id := string(pi.Data.PeerID)
-			if live.State(id) != selection.StateUnreachable {
-				delete(seqs, id)
+			seq, seen := seqs[id]
+			seqs[id] = pi.Data.Sequence
+			failedFirst := live.FirstPollsFailed(id) || freshInFlight(id)
+			if !failedFirst && live.State(id) != selection.StateUnreachable {
 				continue
 			}
-			if seq, seen := seqs[id]; seen && seq != pi.Data.Sequence {
-				if due, ok := live.PollFor(id); ok {
-					startPoll(due)
+			// A record of its own since the last look is news; so is the
+			// first look at a new peer whose first polls failed: its
+			// record may already be the one after they found no way to it.
+			if seen && seq != pi.Data.Sequence || !seen && failedFirst {
+				if due, ok := live.ProbeFor(id); ok {
+					d.forgetDialBackoff(pi.Data.PeerID)
+					probe(due)
 				}
 			}
-			seqs[id] = pi.Data.Sequence
 		}
 	}
 	for {
@@ -127,10 +169,26 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 				syncC = time.After(d.syncDelay)
 			}
 		case ev := <-conns.Out():
-			if e, ok := ev.(lpevent.EvtPeerConnectednessChanged); ok && e.Connectedness == network.Connected &&
-				d.sel.Liveness().State(string(e.Peer)) == selection.StateUnreachable {
-				if due, ok := d.sel.Liveness().PollFor(string(e.Peer)); ok {
-					startPoll(due)
+			// A relayed (limited) connection counts: health pings and
+			// small work use it.
+			e, ok := ev.(lpevent.EvtPeerConnectednessChanged)
+			if !ok {
+				break
+			}
+			if (e.Connectedness == network.Connected || e.Connectedness == network.Limited) && d.probeWorthy(string(e.Peer)) {
+				if due, ok := d.sel.Liveness().ProbeFor(string(e.Peer)); ok {
+					d.forgetDialBackoff(e.Peer)
+					probe(due)
+				}
+			}
+			if d.noteRelayed(e.Peer, e.Connectedness == network.Limited) {
+				// Direct peers win over relayed ones among equals: the
+				// candidate changes, and is synced now or at the window's end.
+				if syncC == nil {
+					d.syncPeers()
+					syncC = time.After(d.syncDelay)
+				} else {
+					syncPending = true
 				}
 			}
 		case <-ticker.C:
@@ -148,6 +206,41 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	}
 }
 
+// noteRelayed records whether the host is connected to p through a relay
+// only, and reports whether that changed.
+func (d *Dispatcher) noteRelayed(p peer.ID, relayed bool) bool {
+	if d.relayed[p] == relayed {
+		return false
+	}
+	if relayed {
+		if d.relayed == nil {
+			d.relayed = make(map[peer.ID]bool)
+		}
+		d.relayed[p] = true
+	} else {
+		delete(d.relayed, p)
+	}
+	return true
+}
+
+// forgetDialBackoff clears the host's dial backoff of p before a probe
+// that news of it asked for: the failed dials it remembers were to what p
+// was before (no relay slot yet, its link down), and the probe would
+// otherwise fail at once with "a dial just failed".
+func (d *Dispatcher) forgetDialBackoff(p peer.ID) {
+	if sw, ok := d.node.Host().Network().(*swarm.Swarm); ok {
+		sw.Backoff().Clear(p)
+	}
+}
+
+// probeWorthy reports whether news of the peer (a new connection, a new
+// record) is worth a poll at once: it is unreachable, or new and not yet
+// answering (its first polls may have found no address to dial).
+func (d *Dispatcher) probeWorthy(id string) bool {
+	live := d.sel.Liveness()
+	return live.State(id) == selection.StateUnreachable || live.AwaitsFirstPoll(id)
+}
+
 // poll pings one peer over the health protocol and reports the result to
 // liveness, for the entry it was due for: a peer removed meanwhile stays
 // removed.
@@ -158,6 +251,13 @@ func (d *Dispatcher) poll(ctx context.Context, due selection.Poll) {
 	var rtt time.Duration
 	pctx, cancel := context.WithTimeout(ctx, d.pollWait(id))
 	defer cancel()
+	if live := d.sel.Liveness(); live.State(id) == selection.StateProbing && !live.AwaitsFirstPoll(id) {
+		// It answered its redial a moment ago: the host's memory of
+		// failed dials to it (while its link was cut) is stale, and a
+		// probing peer's one failure sends it back to redialing. (A new
+		// peer's dials keep their backoff: only news of it clears that.)
+		d.forgetDialBackoff(pid)
+	}
 	if err = d.connect(pctx, id); err == nil {
 		rtt, _, err = d.node.Ping(pctx, pid)
 		if dl, _ := pctx.Deadline(); err != nil && ctx.Err() == nil && !time.Now().Before(dl) {
@@ -176,6 +276,9 @@ func (d *Dispatcher) poll(ctx context.Context, due selection.Poll) {
 	}
 	if ctx.Err() != nil {
 		return // shutting down: not the peer's fault
+	}
+	if err != nil && d.debug {
+		d.log.WithFields(logrus.Fields{"peer": d.idString(id), logrus.ErrorKey: attemptCause(err)}).Debug("poll failed")
 	}
 	d.metrics.poll(id, rtt, err, time.Now())
 	t, changed := d.sel.Liveness().ReportPoll(due, err == nil)
@@ -227,13 +330,15 @@ func (d *Dispatcher) syncPeers() {
 	for _, e := range entries {
 		id := e.Data.PeerID
 		old, ok := d.synced[id]
+		relayed := !e.Connected && d.relayed[id]
 		if ok {
 			kept++
-			if old.entry == e {
+			if old.entry == e && old.peer.Relayed == relayed {
 				continue
 			}
 		}
 		sp := syncedPeer{entry: e, peer: peerOf(*e), name: old.name}
+		sp.peer.Relayed = relayed
 		if ok && left(*e) && !left(*old.entry) {
 			d.log.WithField("peer", id.String()).Info("peer left: it withdrew its work types and disconnected")
 		}

@@ -34,7 +34,6 @@ func (d *Dispatcher) place(ctx context.Context, req WorkRequest, sreq selection.
 	var queuedSince time.Time
 	var kept []apiv1.Attempt // earlier rounds' attempts that were not busy
 	refusals := 0
-	var probeUntil time.Time // the end of the wait for probing candidates
 	for {
 		res := d.remote(ctx, req, plan)
 		if res.Status == "" {
@@ -46,14 +45,6 @@ func (d *Dispatcher) place(ctx context.Context, req WorkRequest, sreq selection.
 		res.BusyRefusals = refusals
 		if len(kept) > 0 {
 			res.Attempts = append(kept, res.Attempts...)
-		}
-		if res.probing && probeUntil.IsZero() {
-			probeUntil = time.Now().Add(firstPollWait)
-		}
-		if res.probing && d.awaitPolls(ctx, req.Type, probeUntil) {
-			sreq.Again = true
-			plan = d.sel.Plan(sreq)
-			continue
 		}
 		if !res.blocked {
 			return res
@@ -211,59 +202,4 @@ func (n *needTracker) get(now time.Time) time.Duration {
 		return n.prev
 	}
 	return min(n.cur, n.prev)
-}
-
-// firstPollWait bounds the wait of a request for candidates that are
-// probing: a new peer is selected once its first poll answered, which is
-// due within half a second of its record, and may take seconds more to
-// reach (a dial through a relay).
-const firstPollWait = 5 * time.Second
-
-// awaitPolls waits for the next liveness change, until until and within
-// the time left that the work can spare, and reports whether the request
-// should be placed again. It does not wait when the deadline leaves no time.
-func (d *Dispatcher) awaitPolls(ctx context.Context, workType string, until time.Time) bool {
-	wait := time.Until(until)
-	if dl, ok := ctx.Deadline(); ok {
-		wait = min(wait, selection.Spare(time.Until(dl), d.need(workType)))
-	}
-	if wait <= 0 {
-		return false
-	}
-	ch := d.transitions.wait()
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	select {
-	case <-ch:
-		return true
-	case <-t.C:
-		return false
-	case <-ctx.Done():
-		return false
-	}
-}
-
-// broadcast wakes every waiter at once: wait returns a channel that the
-// next fire closes.
-type broadcast struct {
-	mu sync.Mutex
-	ch chan struct{}
-}
-
-func (b *broadcast) wait() <-chan struct{} {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.ch == nil {
-		b.ch = make(chan struct{})
-	}
-	return b.ch
-}
-
-func (b *broadcast) fire() {
-	b.mu.Lock()
-	if b.ch != nil {
-		close(b.ch)
-		b.ch = nil
-	}
-	b.mu.Unlock()
 }

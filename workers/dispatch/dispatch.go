@@ -87,10 +87,6 @@ type WorkResult struct {
 	// blocked: no worker decided the request and the ones that could run
 	// it answered busy; the request may wait in the admission queue.
 	blocked bool
-	// probing: no candidate was selectable and some peers are probing
-	// (their first poll, or a probe, is on its way): the request may wait
-	// for their polls.
-	probing bool
 
 	// Detail is the deciding failure's exit code, stderr, HTTP status or
 	// body (custom work types); nil when it has none.
@@ -141,9 +137,6 @@ type Dispatcher struct {
 	requests workers.Gate
 	// admission is where requests wait while every worker is busy.
 	admission *selection.Admission
-	// transitions is told of every liveness change: a request whose only
-	// candidates wait for their first poll waits on it (firstPolls).
-	transitions broadcast
 	// needs holds, by work type, the least time its work is seen to take
 	// (see need).
 	needs sync.Map
@@ -229,10 +222,7 @@ func New(cfg config.Config, n *node.Node, local *pool.Pool, opts ...Option) (*Di
 		// Requests wait on the real clock of their deadlines.
 		admission: selection.NewAdmission(cfg.Worker.AdmissionQueueSize, nil),
 	}
-	sel.Liveness().OnTransition(func(t selection.Transition) {
-		d.metrics.transition(t)
-		d.transitions.fire()
-	})
+	sel.Liveness().OnTransition(d.metrics.transition)
 	d.audits = newAuditor(d)
 	d.verifyDefaults = verifyDefaults(cfg)
 	return d, nil
@@ -339,11 +329,6 @@ func (d *Dispatcher) fallback(ctx context.Context, req WorkRequest, plan *select
 		why := res.Explanation
 		if !local {
 			why += "; " + localWhy
-		}
-		if len(res.Attempts) == 0 && plan.HasCandidates() && d.sel.Liveness().Counts()[selection.StateProbing] > 0 {
-			// Candidates not polled yet (new, or probed again) may be
-			// alive in a moment: the request waits for that (place).
-			res.probing = true
 		}
 		if len(res.Attempts) > 0 {
 			res.Status = apiv1.StatusFailed

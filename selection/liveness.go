@@ -160,8 +160,11 @@ func (l *Liveness) AwaitFirstPoll() {
 }
 
 // firstPollSpread bounds the spread of new peers' first polls under
-// AwaitFirstPoll: they are not selected before it.
-const firstPollSpread = 500 * time.Millisecond
+// AwaitFirstPoll: they are not selected before it, so it is short (the
+// dispatcher starts due polls as it syncs new peers); it still keeps the
+// dispatchers that learn of a newcomer at one moment from pinging it in
+// the same instant.
+const firstPollSpread = 5 * time.Millisecond
 
 // reasonFirstPoll is the reason of a peer that has not answered a poll yet.
 const reasonFirstPoll = "not polled yet"
@@ -196,9 +199,8 @@ func (l *Liveness) firstPoll(id string) time.Time {
 		return now
 	}
 	if l.awaitFirst {
-		// The peer is not selected until that poll: spread over a
-		// quarter of the interval, at most firstPollSpread, so it waits
-		// little.
+		// The peer is not selected until that poll: spread over at
+		// most firstPollSpread, so it waits little.
 		q := min(iv/4, firstPollSpread)
 		if q <= 0 {
 			return now.Add(-iv)

@@ -17,6 +17,9 @@ func perfSelector(b *testing.B, n int) *selection.Selector {
 	cfg := config.Defaults()
 	include := true
 	cfg.LabelBalancing = &config.LabelBalancingConfig{Order: []string{"full", "archive", "fast"}, IncludeDefault: &include}
+	// Rating everyone below explores every peer: no exploration budget
+	// (explore-share) holds the unrated back.
+	cfg.Trust.ExploreShare = 1
 	if err := cfg.Validate(); err != nil {
 		b.Fatal(err)
 	}

@@ -92,6 +92,20 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		mu.Unlock()
 		startPoll(due)
 	}
+	// startDue starts the polls that are due, as poll slots allow: every
+	// tick, and at once when new peers are synced (their first poll, which
+	// makes them selectable, is due at once).
+	startDue := func() {
+		for _, due := range d.sel.Liveness().DuePolls() {
+			if !startPoll(due) {
+				// Every poll slot is taken (dead peers hold theirs for a
+				// whole timeout): the rest stay due for a later tick.
+				// Waiting here would stall the peer sync and the ranking
+				// refresh behind the slowest polls.
+				break
+			}
+		}
+	}
 	// Liveness learns from the network: a new connection from a peer it
 	// holds unreachable (it came back, or its site's link did) is probed
 	// at once instead of at the end of its redial backoff, and so is one
@@ -153,9 +167,11 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			case syncC == nil:
 				d.syncPeers()
 				syncC = time.After(d.syncDelay)
+				startDue()
 			case addC == nil && table.Additions() != d.syncedAdds:
 				d.syncPeers()
 				addC = time.After(d.syncDelay)
+				startDue()
 			default:
 				syncPending = true
 			}
@@ -193,15 +209,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			}
 		case <-ticker.C:
 			d.sel.MaybeRefresh()
-			for _, due := range d.sel.Liveness().DuePolls() {
-				if !startPoll(due) {
-					// Every poll slot is taken (dead peers hold theirs for
-					// a whole timeout): the rest stay due for a later tick.
-					// Waiting here would stall the peer sync and the
-					// ranking refresh behind the slowest polls.
-					break
-				}
-			}
+			startDue()
 		}
 	}
 }

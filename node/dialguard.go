@@ -205,39 +205,3 @@ func (n *Node) DialInfo(id peer.ID) (peer.AddrInfo, error) {
 	info.Addrs = unvouched
 	return info, nil
 }
-
-// maxBucketPeers bounds the peers with a token bucket of their own in a
-// peerBuckets; at the bound the buckets start afresh.
-const maxBucketPeers = 4096
-
-// peerBuckets is one token bucket per peer.
-type peerBuckets struct {
-	r     rate.Limit
-	burst int
-	mu    sync.Mutex
-	by    map[peer.ID]*rate.Limiter
-}
-
-func newPeerBuckets(r rate.Limit, burst int) *peerBuckets {
-	return &peerBuckets{r: r, burst: burst, by: make(map[peer.ID]*rate.Limiter)}
-}
-
-func (b *peerBuckets) get(p peer.ID) *rate.Limiter {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	lim := b.by[p]
-	if lim == nil {
-		if len(b.by) >= maxBucketPeers {
-			clear(b.by)
-		}
-		lim = rate.NewLimiter(b.r, b.burst)
-		b.by[p] = lim
-	}
-	return lim
-}
-
-// allow takes one token from p's bucket.
-func (b *peerBuckets) allow(p peer.ID) bool { return b.get(p).Allow() }
-
-// allowN takes n tokens from p's bucket, or none when it holds fewer.
-func (b *peerBuckets) allowN(p peer.ID, n int) bool { return b.get(p).AllowN(time.Now(), n) }

@@ -28,7 +28,7 @@ type gossip struct {
 	ann     *pubsub.Announcer
 	// newcomers bounds, per peer that passes records on, how many peers
 	// new to the table it may introduce (see verify).
-	newcomers *peerBuckets
+	newcomers *pubsub.PeerBuckets
 }
 
 // A peer that passes records on may introduce newcomerBurst peers new to
@@ -44,7 +44,7 @@ const (
 
 func newGossip(h host.Host, table *PeerTable, guard *dialGuard, network string, ttl time.Duration, log *logrus.Logger) *gossip {
 	return &gossip{log: log, host: h, table: table, guard: guard, network: network, ttl: ttl,
-		newcomers: newPeerBuckets(newcomerRate, newcomerBurst)}
+		newcomers: pubsub.NewPeerBuckets(newcomerRate, newcomerBurst)}
 }
 
 // Start joins the NodeData topic; onPeerJoin runs when a peer joins it.
@@ -100,7 +100,7 @@ func (g *gossip) verify(from, author peer.ID, data []byte) (any, error) {
 		return nil, pubsub.ErrIgnore
 	}
 	if ok && from != self {
-		if _, known := g.table.Sequence(id); !known && !g.newcomers.allow(from) {
+		if _, known := g.table.Sequence(id); !known && !g.newcomers.Allow(from) {
 			return nil, fmt.Errorf("%w: %s passed on more records of peers new to this node than %d at once and %d a second", pubsub.ErrIgnore, from, newcomerBurst, newcomerRate)
 		}
 	}

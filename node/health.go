@@ -210,7 +210,7 @@ func (n *Node) handleNodeData(s network.Stream) {
 	send := func(b []byte) bool {
 		cost := len(b) + frameOverhead
 		if member {
-			return n.syncBudget.allowN(from, cost)
+			return n.syncBudget.AllowN(from, cost)
 		}
 		if cost > credit {
 			return false
@@ -227,7 +227,7 @@ func (n *Node) handleNodeData(s network.Stream) {
 	if err = writeFrame(s, own); err != nil || !req.All {
 		return
 	}
-	if !member || !n.fullSyncs.allow(from) {
+	if !member || !n.fullSyncs.Allow(from) {
 		// The whole table only to a peer the node knows, and once per
 		// record-ttl: what changes after, gossip brings.
 		return

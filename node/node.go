@@ -81,9 +81,9 @@ type Node struct {
 	host  *nodeHost
 	guard *dialGuard
 	// syncBudget is each member's byte budget of nodedata answers.
-	syncBudget *peerBuckets
+	syncBudget *pubsub.PeerBuckets
 	// fullSyncs allows each peer one whole-table answer per record-ttl.
-	fullSyncs *peerBuckets
+	fullSyncs *pubsub.PeerBuckets
 	table     *PeerTable
 	records   *recordPublisher
 	members   *membership
@@ -151,8 +151,8 @@ func New(ctx context.Context, cfg config.NodeConfig, opts ...Option) (*Node, err
 	// The guard observes connections from the first one on (membership
 	// dials the bootstrap peers below), including those of a borrowed host.
 	n.guard = newDialGuard(cfg.NewcomerDials, cfg.NewcomerDialInterval)
-	n.syncBudget = newPeerBuckets(syncBudgetRate, syncBudgetBurst)
-	n.fullSyncs = newPeerBuckets(rate.Every(cfg.RecordTTL), 1)
+	n.syncBudget = pubsub.NewPeerBuckets(syncBudgetRate, syncBudgetBurst)
+	n.fullSyncs = pubsub.NewPeerBuckets(rate.Every(cfg.RecordTTL), 1)
 	nf := n.guard.notifiee()
 	h.Network().Notify(nf)
 	n.parts = append(n.parts, closerFunc(func() error { h.Network().StopNotify(nf); return nil }))

@@ -210,7 +210,7 @@ func New(ctx context.Context, h host.Host, network string, verify Verifier, deli
 		// crowd honest announcements out of it. Up to twice the rate
 		// reaches the verifier, which rejects what is beyond the rate
 		// itself, and that is what sinks the peer's score.
-		lpubsub.WithAppSpecificRpcInspector(newPeerLimits(2*o.peerRate, 2*o.peerBurst).inspect(&a.shed)),
+		lpubsub.WithAppSpecificRpcInspector(NewPeerBuckets(2*o.peerRate, 2*o.peerBurst).inspect(&a.shed)),
 	}, o.gossipOpts...)
 	ps, err := lpubsub.NewGossipSub(ctx, h, gopts...)
 	if err != nil {
@@ -218,9 +218,9 @@ func New(ctx context.Context, h host.Host, network string, verify Verifier, deli
 	}
 	a.ps = ps
 	name := TopicName(network)
-	limits := newPeerLimits(o.peerRate, o.peerBurst)
+	limits := NewPeerBuckets(o.peerRate, o.peerBurst)
 	validate := func(_ context.Context, from peer.ID, msg *lpubsub.Message) lpubsub.ValidationResult {
-		if from != a.self && !limits.allow(from) {
+		if from != a.self && !limits.Allow(from) {
 			a.throttled.Add(1)
 			return lpubsub.ValidationReject
 		}

@@ -58,31 +58,35 @@ func ScoreThresholds() *lpubsub.PeerScoreThresholds {
 	}
 }
 
-// maxLimitedPeers bounds the peers with a rate limiter of their own; at the
-// bound the limiters start afresh (a peer needs a connection to be one).
+// maxLimitedPeers bounds the peers with a token bucket of their own in
+// a PeerBuckets; at the bound the buckets start afresh (a peer needs a
+// connection to be one).
 const maxLimitedPeers = 4096
 
-// peerLimits is one token bucket per peer.
-type peerLimits struct {
+// PeerBuckets is one token bucket per peer: what bounds the gossip a peer
+// passes on, and, in node, its syncs and the newcomers it introduces.
+type PeerBuckets struct {
 	r     rate.Limit
 	burst int
 	mu    sync.Mutex
 	by    map[peer.ID]*rate.Limiter
 }
 
-func newPeerLimits(r rate.Limit, burst int) *peerLimits {
-	return &peerLimits{r: r, burst: burst, by: make(map[peer.ID]*rate.Limiter)}
+// NewPeerBuckets returns buckets of burst tokens refilled at r per peer;
+// rate.Inf allows everything.
+func NewPeerBuckets(r rate.Limit, burst int) *PeerBuckets {
+	return &PeerBuckets{r: r, burst: burst, by: make(map[peer.ID]*rate.Limiter)}
 }
 
-// allow takes one token from p's bucket.
-func (l *peerLimits) allow(p peer.ID) bool { return l.allowN(p, 1) }
+// Allow takes one token from p's bucket.
+func (l *PeerBuckets) Allow(p peer.ID) bool { return l.AllowN(p, 1) }
 
 // inspect is a gossipsub RPC inspector that refuses an RPC whose published
 // messages p's bucket cannot pay for, counting them in shed.
-func (l *peerLimits) inspect(shed *atomic.Uint64) func(peer.ID, *lpubsub.RPC) error {
+func (l *PeerBuckets) inspect(shed *atomic.Uint64) func(peer.ID, *lpubsub.RPC) error {
 	return func(p peer.ID, rpc *lpubsub.RPC) error {
 		n := len(rpc.GetPublish())
-		if n == 0 || l.allowN(p, n) {
+		if n == 0 || l.AllowN(p, n) {
 			return nil
 		}
 		shed.Add(uint64(n))
@@ -90,8 +94,8 @@ func (l *peerLimits) inspect(shed *atomic.Uint64) func(peer.ID, *lpubsub.RPC) er
 	}
 }
 
-// allowN takes n tokens from p's bucket, or none when it has fewer.
-func (l *peerLimits) allowN(p peer.ID, n int) bool {
+// AllowN takes n tokens from p's bucket, or none when it has fewer.
+func (l *PeerBuckets) AllowN(p peer.ID, n int) bool {
 	if l.r == rate.Inf {
 		return true
 	}

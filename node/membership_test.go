@@ -6,11 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
-	mocknet "github.com/libp2p/go-libp2p/p2p/net/mock"
 	"github.com/sirupsen/logrus"
 	logtest "github.com/sirupsen/logrus/hooks/test"
 
@@ -30,19 +28,7 @@ func TestBootstrapPeerNotOfThisNetwork(t *testing.T) {
 		{"another network", "/workmesh/other/nodedata/1.0.0", "is on network other, this node is on " + testNetwork},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			mn := mocknet.New()
-			t.Cleanup(func() { mn.Close() })
-			hosts := make([]host.Host, 2)
-			for i := range hosts {
-				h, err := mn.GenPeer()
-				if err != nil {
-					t.Fatal(err)
-				}
-				hosts[i] = h
-			}
-			if err := mn.LinkAll(); err != nil {
-				t.Fatal(err)
-			}
+			hosts := linkedMockHosts(t, 2)
 			if tc.serve != "" {
 				hosts[1].SetStreamHandler(protocol.ID(tc.serve), func(s network.Stream) { s.Reset() })
 			}

@@ -32,20 +32,7 @@ func waitKnows(t *testing.T, n *Node, other peer.ID, within time.Duration) {
 // record, a health ping goes through, and closing a node leaves its host
 // open without the node's handlers.
 func TestNodeOnMocknetHost(t *testing.T) {
-	mn := mocknet.New()
-	t.Cleanup(func() { mn.Close() })
-	hosts := make([]host.Host, 2)
-	for i := range hosts {
-		h, err := mn.GenPeer()
-		if err != nil {
-			t.Fatal(err)
-		}
-		hosts[i] = h
-	}
-	// Links are what lets mocknet peers dial each other at all.
-	if err := mn.LinkAll(); err != nil {
-		t.Fatal(err)
-	}
+	hosts := linkedMockHosts(t, 2)
 	before := hosts[0].Mux().Protocols()
 
 	cfgA := testConfig(t)
@@ -110,4 +97,25 @@ func TestWithHostRefusesAnotherIdentity(t *testing.T) {
 		n.Close()
 		t.Fatal("started with an identity that is not the host's")
 	}
+}
+
+// linkedMockHosts returns n hosts of one in-memory mock network, linked so
+// that they can dial each other (links are what lets mocknet peers dial at
+// all); the network closes with the test.
+func linkedMockHosts(t *testing.T, n int) []host.Host {
+	t.Helper()
+	mn := mocknet.New()
+	t.Cleanup(func() { mn.Close() })
+	hosts := make([]host.Host, n)
+	for i := range hosts {
+		h, err := mn.GenPeer()
+		if err != nil {
+			t.Fatal(err)
+		}
+		hosts[i] = h
+	}
+	if err := mn.LinkAll(); err != nil {
+		t.Fatal(err)
+	}
+	return hosts
 }

@@ -121,8 +121,12 @@ func TestNetlab_HolePunchBetweenSites(t *testing.T) {
 	n := runs(t)
 	var took []time.Duration
 	for i := range n {
-		gw := l.start("sa", append(slices.Clone(boot), "--work-types", "echo")...)
-		worker := l.start("sb", append(slices.Clone(boot), "--work-types", "sha256")...)
+		// Each run's nodes listen on ports of their own, so that no NAT
+		// mapping or dial backoff of the run before reaches this one.
+		port := strconv.Itoa(4201 + i)
+		listen := []string{"--listen", "/ip4/0.0.0.0/udp/" + port + "/quic-v1", "--listen", "/ip4/0.0.0.0/tcp/" + port}
+		gw := l.start("sa", append(slices.Concat(boot, listen), "--work-types", "echo")...)
+		worker := l.start("sb", append(slices.Concat(boot, listen), "--work-types", "sha256")...)
 		id := worker.id()
 		lists(l, gw, id, "sha256", 30*time.Second)
 		// Work submitted as soon as the gateway lists the worker: before

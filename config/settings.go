@@ -31,7 +31,7 @@ var help = map[string]string{
 	"log-format":             "log format: text or json",
 	"drain-timeout":          "on SIGINT or SIGTERM, how long node start waits for work in progress after withdrawing its work types; 0 stops at once",
 	"peer-table-cap":         "most peers the peer table holds; when full, a new peer's record is refused unless the node is connected to it (it then replaces the longest-unheard unconnected peer)",
-	"newcomer-dials":         "dials this node may make to addresses their peer was never observed at (a record's word only), at once; 0 never dials them",
+	"newcomer-dials":         "dials this node may make to addresses their peer was never observed at (a record's word only), at once; a dial that connects gives its unit back, so this bounds failed ones; 0 never dials them",
 	"newcomer-dial-interval": "how often the newcomer-dials budget grows by one dial",
 
 	"worker-timeout":              "upper bound on the wait for a remote worker whose round trip is not measured yet to accept a request (say it took it on); it bounds a silent worker only: work that runs is bounded by the request's own timeout",

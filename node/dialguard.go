@@ -1,6 +1,7 @@
 package node
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -11,7 +12,6 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	ma "github.com/multiformats/go-multiaddr"
 	manet "github.com/multiformats/go-multiaddr/net"
-	"golang.org/x/time/rate"
 )
 
 // ErrNewcomerBudget is wrapped by DialInfo's error when a peer's record
@@ -33,16 +33,32 @@ const (
 // connected to can advertise any address, and every node that dials it
 // sends packets there. So an address is dialed freely only when its IP is
 // one the peer itself was observed at (a connection to or from it came from
-// there); the addresses of a peer never observed there are dialed only
-// within a small budget per node (newcomer-dials, one more every
-// newcomer-dial-interval), which a newcomer needs and a flood of invented
-// peers soon spends.
+// there). The addresses of a peer never observed there are dialed within a
+// budget per node (newcomer-dials at once, one more every
+// newcomer-dial-interval) that bounds the dials that fail, not those that
+// succeed: a newcomer dial holds one unit of the budget while it runs and
+// gives it back when it connects, so that a node learning many honest peers
+// at once (its own start, a join storm) dials them all, while a flood of
+// invented peers soon spends it. A newcomer dial that fails also closes its
+// IPs to newcomer dials for failedIPHold (unless a peer was observed
+// there): invented peers at one address cost the few dials that ran at
+// once per node, however many there are.
 type dialGuard struct {
-	budget *rate.Limiter // nil: no budget at all
+	budget *dialBudget // nil: no budget at all
 
 	mu       sync.Mutex
 	observed map[peer.ID]*observation
+	failed   map[netip.Addr]time.Time // IPs closed to newcomer dials, until
+	now      func() time.Time
 }
+
+// failedIPHold is how long an IP at which a newcomer dial failed gets no
+// other newcomer dial; maxFailedIPs bounds the IPs held (at the bound the
+// one held longest makes room).
+const (
+	failedIPHold = time.Minute
+	maxFailedIPs = 4096
+)
 
 type observation struct {
 	ips  []netip.Addr
@@ -50,13 +66,9 @@ type observation struct {
 }
 
 func newDialGuard(dials int, every time.Duration) *dialGuard {
-	g := &dialGuard{observed: make(map[peer.ID]*observation)}
+	g := &dialGuard{observed: make(map[peer.ID]*observation), failed: make(map[netip.Addr]time.Time), now: time.Now}
 	if dials > 0 {
-		lim := rate.Inf
-		if every > 0 {
-			lim = rate.Every(every)
-		}
-		g.budget = rate.NewLimiter(lim, dials)
+		g.budget = newDialBudget(dials, every, g.now)
 	}
 	return g
 }
@@ -140,8 +152,134 @@ func (g *dialGuard) vouched(id peer.ID, addrs []ma.Multiaddr) (ok, unvouched []m
 	return ok, unvouched
 }
 
-// spend takes one newcomer dial from the budget.
-func (g *dialGuard) spend() bool { return g.budget != nil && g.budget.Allow() }
+// open drops the addresses at an IP closed to newcomer dials by a failed
+// one (see failedIPHold).
+func (g *dialGuard) open(addrs []ma.Multiaddr) []ma.Multiaddr {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	now := g.now()
+	var out []ma.Multiaddr
+	for _, a := range addrs {
+		if ip, ok := addrIP(a); ok {
+			if until, held := g.failed[ip]; held {
+				if now.Before(until) {
+					continue
+				}
+				delete(g.failed, ip)
+			}
+		}
+		out = append(out, a)
+	}
+	return out
+}
+
+// fail closes the IPs of addrs to newcomer dials for failedIPHold, but
+// not an IP some peer was observed at: a host there runs libp2p, and a
+// dial to it that failed (a handshake or identify that timed out on a
+// loaded host, a peer that just left) says nothing of the address's use
+// as a mirror. Its failed dials stay bounded by the budget.
+func (g *dialGuard) fail(addrs []ma.Multiaddr) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	until := g.now().Add(failedIPHold)
+	for _, a := range addrs {
+		ip, ok := addrIP(a)
+		if !ok || g.anyObservedAtLocked(ip) {
+			continue
+		}
+		if _, held := g.failed[ip]; !held && len(g.failed) >= maxFailedIPs {
+			var oldest netip.Addr
+			var at time.Time
+			for k, t := range g.failed {
+				if !oldest.IsValid() || t.Before(at) {
+					oldest, at = k, t
+				}
+			}
+			delete(g.failed, oldest)
+		}
+		g.failed[ip] = until
+	}
+}
+
+// anyObservedAtLocked reports whether some peer was observed at ip.
+func (g *dialGuard) anyObservedAtLocked(ip netip.Addr) bool {
+	for _, o := range g.observed {
+		for _, have := range o.ips {
+			if have == ip {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// spend takes one newcomer dial from the budget, waiting for one within
+// ctx while the budget is spent (a running newcomer dial that connects
+// gives its unit back).
+func (g *dialGuard) spend(ctx context.Context) bool {
+	return g.budget != nil && g.budget.take(ctx)
+}
+
+// dialBudget is a token bucket whose tokens can be given back: a newcomer
+// dial takes one, and returns it when it connected.
+type dialBudget struct {
+	mu     sync.Mutex
+	tokens float64
+	max    float64
+	every  time.Duration // one more token each; <= 0: never short
+	last   time.Time
+	now    func() time.Time
+	// more is closed (and replaced) when a token is given back.
+	more chan struct{}
+}
+
+func newDialBudget(n int, every time.Duration, now func() time.Time) *dialBudget {
+	return &dialBudget{tokens: float64(n), max: float64(n), every: every, last: now(), now: now, more: make(chan struct{})}
+}
+
+// take takes a token, waiting within ctx for one to grow or be given back;
+// false when ctx ended first.
+func (b *dialBudget) take(ctx context.Context) bool {
+	for {
+		b.mu.Lock()
+		if b.every <= 0 {
+			b.mu.Unlock()
+			return true
+		}
+		now := b.now()
+		b.tokens = min(b.max, b.tokens+float64(now.Sub(b.last))/float64(b.every))
+		b.last = now
+		if b.tokens >= 1 {
+			b.tokens--
+			b.mu.Unlock()
+			return true
+		}
+		wait := time.Duration((1 - b.tokens) * float64(b.every))
+		more := b.more
+		b.mu.Unlock()
+		if ctx.Err() != nil || ctx.Done() == nil {
+			return false // no time to wait
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-more:
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return false
+		}
+		t.Stop()
+	}
+}
+
+// give returns a token taken by take.
+func (b *dialBudget) give() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.tokens = min(b.max, b.tokens+1)
+	close(b.more)
+	b.more = make(chan struct{})
+}
 
 // addrIP returns the IP of the first IP component of a.
 func addrIP(a ma.Multiaddr) (netip.Addr, bool) {
@@ -180,13 +318,19 @@ func circuitRelay(a ma.Multiaddr) (peer.ID, bool) {
 // DialInfo returns the addresses the node may dial id at now: those of its
 // record (and of the host's peerstore, which holds what connections and
 // identify learned) at an IP the peer was observed at. When the record
-// names no such address, its other addresses are returned within the
-// newcomer budget; once that is spent the error wraps ErrNewcomerBudget.
-// A peer the host is connected to needs no dial (no addresses, no error).
-func (n *Node) DialInfo(id peer.ID) (peer.AddrInfo, error) {
-	info := peer.AddrInfo{ID: id}
+// names no such address, its other addresses (less those at an IP where a
+// newcomer dial failed lately) are returned within the newcomer budget,
+// waiting within ctx while the budget is spent; when it stays spent, or no
+// address is left, the error wraps ErrNewcomerBudget. The caller dials and
+// then calls done with the dial's result (done is never nil): a newcomer
+// dial that connected gives its budget back, one that failed closes its
+// IPs to newcomer dials for a while. A peer the host is connected to needs
+// no dial (no addresses, no error).
+func (n *Node) DialInfo(ctx context.Context, id peer.ID) (info peer.AddrInfo, done func(error), err error) {
+	info = peer.AddrInfo{ID: id}
+	done = func(error) {}
 	if n.host.Network().Connectedness(id) == network.Connected {
-		return info, nil
+		return info, done, nil
 	}
 	var advertised []ma.Multiaddr
 	if pi, ok := n.table.Get(id); ok {
@@ -196,12 +340,30 @@ func (n *Node) DialInfo(id peer.ID) (peer.AddrInfo, error) {
 	known, _ := n.guard.vouched(id, n.host.Peerstore().Addrs(id))
 	info.Addrs = append(ok, known...)
 	if len(info.Addrs) > 0 || len(unvouched) == 0 {
-		return info, nil
+		return info, done, nil
 	}
-	if !n.guard.spend() {
-		return info, fmt.Errorf("%w: %s was never observed at any address its record names (%d); dialing it waits for the budget (newcomer-dials %d, one more every %s)",
+	open := n.guard.open(unvouched)
+	if len(open) == 0 {
+		return info, done, fmt.Errorf("%w: %s was never observed at any address its record names (%d), and a dial of another never-observed peer there failed within %s",
+			ErrNewcomerBudget, id, len(unvouched), failedIPHold)
+	}
+	if !n.guard.spend(ctx) {
+		return info, done, fmt.Errorf("%w: %s was never observed at any address its record names (%d); dialing it waits for the budget (newcomer-dials %d, one more every %s, given back by each newcomer dial that connects)",
 			ErrNewcomerBudget, id, len(unvouched), n.cfg.NewcomerDials, n.cfg.NewcomerDialInterval)
 	}
-	info.Addrs = unvouched
-	return info, nil
+	info.Addrs = open
+	var once sync.Once
+	done = func(err error) {
+		once.Do(func() {
+			switch {
+			case err == nil:
+				n.guard.budget.give()
+			case errors.Is(err, context.Canceled):
+				// Given up by the caller: nothing learnt of the address.
+			default:
+				n.guard.fail(open)
+			}
+		})
+	}
+	return info, done, nil
 }

@@ -1,6 +1,8 @@
 package node
 
 import (
+	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -30,16 +32,107 @@ func TestDialGuardVouchesObservedIPsOnly(t *testing.T) {
 	if ok, _ := g.vouched(peer.ID("someone else"), addrs[:1]); len(ok) != 0 {
 		t.Errorf("another peer's observation vouched for %v", ok)
 	}
+	// A context that has ended: spend must not wait.
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
 	for i := range 2 {
-		if !g.spend() {
+		if !g.spend(ended) {
 			t.Fatalf("newcomer dial %d refused within a budget of 2", i+1)
 		}
 	}
-	if g.spend() {
+	if g.spend(ended) {
 		t.Error("a third newcomer dial allowed within a budget of 2")
 	}
-	if newDialGuard(0, time.Second).spend() {
+	if newDialGuard(0, time.Second).spend(context.Background()) {
 		t.Error("a newcomer dial allowed with no budget")
+	}
+}
+
+// TestDialBudgetBoundsFailedDialsNotConnectedOnes: a newcomer dial that
+// connected gives its unit back, and a dial waiting for the spent budget
+// takes the unit given back at once; one that failed does not.
+func TestDialBudgetBoundsFailedDialsNotConnectedOnes(t *testing.T) {
+	clock := time.Unix(1_000_000, 0)
+	b := newDialBudget(2, time.Hour, func() time.Time { return clock })
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	for i := range 2 {
+		if !b.take(ended) {
+			t.Fatalf("dial %d refused within a budget of 2", i+1)
+		}
+	}
+	if b.take(ended) {
+		t.Fatal("a third dial allowed with the budget spent")
+	}
+	// 100 dials in a row that each connect spend nothing in the end.
+	for i := range 100 {
+		b.give()
+		if !b.take(ended) {
+			t.Fatalf("dial %d after one that connected refused", i+1)
+		}
+	}
+	got := make(chan bool)
+	ctx, stop := context.WithTimeout(context.Background(), 10*time.Second)
+	defer stop()
+	go func() { got <- b.take(ctx) }()
+	b.give() // the waiting dial may run now (or took the unit before it waited)
+	if !<-got {
+		t.Fatal("a dial waiting for the budget was not woken by a unit given back")
+	}
+	// The budget grows by one per interval, up to its size.
+	clock = clock.Add(90 * time.Minute)
+	if !b.take(ended) || b.take(ended) {
+		t.Error("after an hour and a half, want exactly one more dial")
+	}
+	clock = clock.Add(10 * time.Hour)
+	n := 0
+	for b.take(ended) {
+		n++
+	}
+	if n != 2 {
+		t.Errorf("after ten hours, %d dials allowed, want the budget's 2", n)
+	}
+}
+
+// TestDialGuardFailedNewcomerDialClosesItsIP: once a newcomer dial to an
+// IP failed, the addresses of other never-observed peers at that IP are
+// not dialed for failedIPHold, so that invented peers sharing a victim's
+// address cost one failed dial however many there are.
+func TestDialGuardFailedNewcomerDialClosesItsIP(t *testing.T) {
+	g := newDialGuard(8, time.Second)
+	clock := time.Unix(1_000_000, 0)
+	g.now = func() time.Time { return clock }
+	victim := ma.StringCast("/ip4/127.0.0.77/udp/4001/quic-v1")
+	victimTCP := ma.StringCast("/ip4/127.0.0.77/tcp/4001")
+	other := ma.StringCast("/ip4/127.0.0.78/udp/4001/quic-v1")
+	if got := g.open([]ma.Multiaddr{victim, other}); len(got) != 2 {
+		t.Fatalf("before any failure open = %v, want both", got)
+	}
+	g.fail([]ma.Multiaddr{victim})
+	got := g.open([]ma.Multiaddr{victim, victimTCP, other})
+	if len(got) != 1 || !got[0].Equal(other) {
+		t.Fatalf("after a failed dial to 127.0.0.77 open = %v, want only %v", got, other)
+	}
+	clock = clock.Add(failedIPHold - time.Second)
+	if got := g.open([]ma.Multiaddr{victim}); len(got) != 0 {
+		t.Errorf("within the hold: open = %v, want none", got)
+	}
+	clock = clock.Add(2 * time.Second)
+	if got := g.open([]ma.Multiaddr{victim}); len(got) != 1 {
+		t.Errorf("after the hold: open = %v, want the address again", got)
+	}
+	// A failed dial at an IP where a peer was observed closes nothing.
+	g.observe(newPeerKey(t).id, ma.StringCast("/ip4/127.0.0.1/udp/5000/quic-v1"))
+	seen := ma.StringCast("/ip4/127.0.0.1/udp/4001/quic-v1")
+	g.fail([]ma.Multiaddr{seen})
+	if got := g.open([]ma.Multiaddr{seen}); len(got) != 1 {
+		t.Errorf("a failed dial at an observed peer's IP closed it: open = %v", got)
+	}
+	for i := range maxFailedIPs + 10 {
+		g.fail([]ma.Multiaddr{ma.StringCast(fmt.Sprintf("/ip4/10.%d.%d.1/udp/1/quic-v1", i/256, i%256))})
+	}
+	if n := len(g.failed); n > maxFailedIPs {
+		t.Errorf("%d failed IPs held, want at most %d", n, maxFailedIPs)
 	}
 }
 

@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -83,14 +84,22 @@ func (d *Dispatcher) connect(ctx context.Context, id string) error {
 	}
 	// The node says which of the peer's addresses may be dialed: those it
 	// was observed at, or, within the newcomer budget, its record's word.
-	info, err := d.node.DialInfo(pid)
+	// A newcomer dial waits for the node's budget within the connect
+	// timeout too.
+	cctx, cancel := context.WithTimeout(network.WithAllowLimitedConn(ctx, "workmesh dial"), d.cfg.Worker.ConnectTimeout)
+	defer cancel()
+	info, done, err := d.node.DialInfo(cctx, pid)
 	if err != nil {
 		return &dialError{timeout: d.cfg.Worker.ConnectTimeout, err: err}
 	}
-	cctx, cancel := context.WithTimeout(network.WithAllowLimitedConn(ctx, "workmesh dial"), d.cfg.Worker.ConnectTimeout)
-	defer cancel()
 	start := time.Now()
-	if err := h.Connect(cctx, info); err != nil {
+	err = h.Connect(cctx, info)
+	if err != nil && errors.Is(ctx.Err(), context.Canceled) {
+		done(context.Canceled) // given up by the caller: no word on the address
+	} else {
+		done(err)
+	}
+	if err != nil {
 		return &dialError{timeout: d.cfg.Worker.ConnectTimeout, err: err}
 	}
 	if h.Peerstore().LatencyEWMA(pid) == 0 {

@@ -3,6 +3,7 @@ package tests
 import (
 	"context"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +20,12 @@ import (
 // request at a time. Blocks of 20 requests of each kind alternate, so that
 // both see the same machine. The goals are a CPU ratio of at most
 // 3.2 and a p50 ratio of at most 1.5; they are reported, not asserted.
+//
+// A verified request runs two replicas at once, on two workers. Beside it
+// runs a third kind, in blocks of its own: two plain requests sent at once
+// (pair-p50: the time until both are answered), what the same two attempts
+// cost without verification. pair-ratio (verified over pair) is what the
+// verification itself adds.
 //
 // sha256 takes microseconds, so on one machine the three replicas' CPU
 // (gateway and workers share its cores) is what their latency is made of;
@@ -67,8 +74,24 @@ func benchVerify(b *testing.B, h workers.Handler) {
 		run(i, config.Verify{})
 		run(i, verify)
 	}
+	// pair sends two plain requests at once and returns the time until
+	// both are answered.
+	pair := func(i int) time.Duration {
+		start := time.Now()
+		var wg sync.WaitGroup
+		for k := range 2 {
+			wg.Go(func() {
+				res := gw.disp.Dispatch(context.Background(), dispatch.WorkRequest{Type: "sha256", Payload: []byte("pair " + strconv.Itoa(2*i+k)), Timeout: 5 * time.Second})
+				if res.Status != "ok" {
+					b.Errorf("pair %d: %s", i, describe(res, peerName(ws...)))
+				}
+			})
+		}
+		wg.Wait()
+		return time.Since(start)
+	}
 	const block = 20
-	var single, verified []time.Duration
+	var single, verified, pairs []time.Duration
 	var cpuSingle, cpuVerified time.Duration
 	b.ResetTimer()
 	for n := 0; n < b.N; n += block {
@@ -83,9 +106,14 @@ func benchVerify(b *testing.B, h workers.Handler) {
 		c2 := cpuTime(b)
 		cpuSingle += c1 - c0
 		cpuVerified += c2 - c1
+		for i := range block {
+			pairs = append(pairs, pair(n+i))
+		}
 	}
 	b.StopTimer()
-	p50s, p50v := percentile(single, 50), percentile(verified, 50)
+	p50s, p50v, p50p := percentile(single, 50), percentile(verified, 50), percentile(pairs, 50)
+	b.ReportMetric(float64(p50p.Microseconds()), "pair-p50-µs")
+	b.ReportMetric(float64(p50v)/float64(p50p), "pair-ratio")
 	b.ReportMetric(float64(p50s.Microseconds()), "single-p50-µs")
 	b.ReportMetric(float64(p50v.Microseconds()), "verify-p50-µs")
 	b.ReportMetric(float64(p50v)/float64(p50s), "p50-ratio")

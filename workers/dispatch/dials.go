@@ -40,8 +40,20 @@ func (ds *dials) close() {
 	ds.wg.Wait()
 }
 
-// start dials id unless a dial of it already started in this request.
+// connectedCall is the dial of a peer already connected: done, no error.
+var connectedCall = func() *dialCall {
+	c := &dialCall{done: make(chan struct{})}
+	close(c.done)
+	return c
+}()
+
+// start dials id unless a dial of it already started in this request, or
+// the host is connected to it (the common case of a dial ahead: no
+// goroutine, no channel).
 func (ds *dials) start(id string) *dialCall {
+	if c := ds.d.node.Host().Network().Connectedness(peer.ID(id)); c == network.Connected || c == network.Limited {
+		return connectedCall
+	}
 	ds.mu.Lock()
 	defer ds.mu.Unlock()
 	if c := ds.calls[id]; c != nil {

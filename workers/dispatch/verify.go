@@ -103,7 +103,18 @@ func (d *Dispatcher) verified(ctx context.Context, req WorkRequest) WorkResult {
 			go func(i int) { votes <- d.replica(rctx, req, i, claims) }(started)
 		}
 	}
-	start(v.Agree)
+	// The first replica runs on the caller's goroutine, beside the others
+	// (its stack is grown already, and its vote needs no hand-off); the
+	// caller's cancellation reaches it through rctx meanwhile.
+	start(v.Agree - 1)
+	started++
+	running++
+	stop := context.AfterFunc(ctx, cancel)
+	first := d.replica(rctx, req, started, claims)
+	if !stop() {
+		ctx = context.Background() // the caller gave up: cancel ran
+	}
+	votes <- first
 	var all []vote
 	counts := map[string]int{}
 	best := 0 // the most votes one result has

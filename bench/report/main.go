@@ -168,6 +168,33 @@ var figures = []figure{
 	{name: "scaling: requests/s, %d vs %d nodes, 20 dispatching (mocknet)", scale: "req/s", unit: "req/s", goal: "(reported)"},
 	{name: "scaling: p99, %d vs %d nodes, 20 dispatching (mocknet)", scale: "p99-ms", unit: "ms", goal: "(reported)"},
 	{name: "scaling: idle network CPU, %d vs %d nodes (mocknet)", scale: "background-cores", unit: "cores", goal: "(reported)"},
+	{
+		name:     "p99, 1 of 3 workers 50x slower on 10% of requests: measured hedging vs none",
+		workmesh: source{"BenchmarkPerfHedgeMeasured", "measured-p99-ms"},
+		baseline: source{"BenchmarkPerfHedgeMeasured", "none-p99-ms"},
+		ratio:    source{"BenchmarkPerfHedgeMeasured", "p99-ratio"},
+		unit:     "ms", goal: "<= 0.2 (5x lower)", met: ratioAtMost(0.2),
+	},
+	{
+		name:     "p99, same: fixed hedge-delay (100ms) vs none",
+		workmesh: source{"BenchmarkPerfHedgeMeasured", "fixed-p99-ms"},
+		baseline: source{"BenchmarkPerfHedgeMeasured", "none-p99-ms"},
+		unit:     "ms", goal: "(reported)",
+	},
+	{
+		name:     "hedges fired, same: measured hedging (p95) vs fixed hedge-delay",
+		workmesh: source{"BenchmarkPerfHedgeMeasured", "measured-hedges"},
+		baseline: source{"BenchmarkPerfHedgeMeasured", "fixed-hedges"},
+		ratio:    source{"BenchmarkPerfHedgeMeasured", "hedge-ratio"},
+		unit:     "hedges", goal: "<= 1.1", met: ratioAtMost(1.1),
+	},
+	{
+		name:     "hedges fired, same: measured hedging at hedge-quantile 0.99 vs fixed hedge-delay",
+		workmesh: source{"BenchmarkPerfHedgeMeasured", "measured-q99-hedges"},
+		baseline: source{"BenchmarkPerfHedgeMeasured", "fixed-hedges"},
+		ratio:    source{"BenchmarkPerfHedgeMeasured", "hedge-ratio-q99"},
+		unit:     "hedges", goal: "(reported)",
+	},
 }
 
 // benchLine matches a result line: name, iterations, then value/unit pairs.

@@ -18,7 +18,9 @@ import (
 	"github.com/workmesh/workmesh/workers/workertest"
 )
 
-// hedgeNodeConfig is the defaults on loopback with quick polls.
+// hedgeNodeConfig is the defaults on loopback with quick polls, and waits
+// for a worker to accept work long enough that a loaded machine causes no
+// retry: every extra attempt in these tests is a hedge.
 func hedgeNodeConfig(t *testing.T) config.Config {
 	cfg := config.Defaults()
 	cfg.Node.Listen = []string{"/ip4/127.0.0.1/udp/0/quic-v1"}
@@ -27,6 +29,7 @@ func hedgeNodeConfig(t *testing.T) config.Config {
 	cfg.Node.Network = "hedge-test"
 	cfg.Liveness.PollInterval = 200 * time.Millisecond
 	cfg.Worker.RetryDelay = 0
+	cfg.Worker.WorkerTimeout, cfg.Worker.WorkerResponseTimeout = 5*time.Second, 5*time.Second
 	return cfg
 }
 
@@ -137,6 +140,9 @@ func TestHedge_FiresAtMeasuredDelayNeverOnWrites(t *testing.T) {
 		t.Fatalf("read's hedge delay after 30 quick successes: %s (measured %v, %d samples), want measured, below hedge-delay-max", delay, measured, n)
 	}
 
+	if v := d.Plan(apiv1.PlanRequest{Type: "read"}); !v.Limits.HedgeDelayMeasured || v.Limits.HedgeDelayMS >= 200 {
+		t.Fatalf("the plan view of read shows hedge delay %vms (measured %v), want the measured one", v.Limits.HedgeDelayMS, v.Limits.HedgeDelayMeasured)
+	}
 	// The write first: its one attempt hangs at the gate.
 	write := dispatchAsync(t, d, g, WorkRequest{Type: "write", Payload: []byte("w"), Timeout: 30 * time.Second})
 	workertest.Recv(t, g.Started, "the write's attempt to start")

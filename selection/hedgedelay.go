@@ -1,7 +1,6 @@
 package selection
 
 import (
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -131,11 +130,42 @@ func (w *latencyWindow) compute(cfg *config.HedgeConfig, now time.Time) {
 	if len(s) == 0 {
 		return
 	}
-	slices.Sort(s)
 	// The nearest-rank quantile: the smallest sample at or above which the
 	// share cfg.Quantile of the samples lies.
-	i := int(cfg.Quantile*float64(len(s))+0.999999) - 1
-	w.est = min(max(s[min(max(i, 0), len(s)-1)], cfg.DelayMin), cfg.DelayMax)
+	i := min(max(int(cfg.Quantile*float64(len(s))+0.999999)-1, 0), len(s)-1)
+	w.est = min(max(nth(s, i), cfg.DelayMin), cfg.DelayMax)
+}
+
+// nth returns the k-th smallest of s (from 0), reordering s: a quickselect
+// (Hoare's partition, the middle element as pivot), linear on average.
+func nth(s []time.Duration, k int) time.Duration {
+	lo, hi := 0, len(s)-1
+	for lo < hi {
+		pivot := s[lo+(hi-lo)/2]
+		i, j := lo, hi
+		for i <= j {
+			for s[i] < pivot {
+				i++
+			}
+			for s[j] > pivot {
+				j--
+			}
+			if i <= j {
+				s[i], s[j] = s[j], s[i]
+				i++
+				j--
+			}
+		}
+		switch {
+		case k <= j:
+			hi = j
+		case k >= i:
+			lo = i
+		default:
+			return s[k]
+		}
+	}
+	return s[k]
 }
 
 // HedgeDelay returns the hedge delay of workType now: its measured one

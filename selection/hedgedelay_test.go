@@ -1,6 +1,7 @@
 package selection
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -69,6 +70,13 @@ func TestHedgeDelay_QuantileOfRecentSuccesses(t *testing.T) {
 		}
 		wantHedgeDelay(t, s, clk, "sha256", c.want, true)
 	}
+	// Nearest rank where q*n is not a whole number: p95 of 1..30ms is the
+	// 29th smallest (28.5 rounded up).
+	s, clk := newSelector(t, hedgeConfig(), peer("a"))
+	for i := range 30 {
+		s.observeHedge("sha256", Success, time.Duration(30-i)*time.Millisecond)
+	}
+	wantHedgeDelay(t, s, clk, "sha256", 29*time.Millisecond, true)
 }
 
 func TestHedgeDelay_Bounded(t *testing.T) {
@@ -166,4 +174,42 @@ func TestHedgeDelay_QuantileZeroIsFixed(t *testing.T) {
 		succeedIn(t, s, "sha256", 10*time.Millisecond)
 	}
 	wantHedgeDelay(t, s, clk, "sha256", 100*time.Millisecond, false)
+}
+
+// BenchmarkHedgeDelay is the cost on the request path of the measured
+// delay: one success recorded and the delay read, as a hedged request does.
+func BenchmarkHedgeDelay(b *testing.B) {
+	s, _ := newSelector(b, hedgeConfig(), peer("a"))
+	for i := range hedgeRing {
+		s.observeHedge("sha256", Success, time.Duration(i)*time.Microsecond)
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		i++
+		s.observeHedge("sha256", Success, time.Duration(i%1000)*time.Microsecond)
+		if d, _, _ := s.HedgeDelay("sha256"); d <= 0 {
+			b.Fatal("no delay")
+		}
+	}
+}
+
+func TestHedgeDelay_NthMatchesSort(t *testing.T) {
+	rnd := uint64(7)
+	for n := 1; n <= 300; n += 7 {
+		for _, spread := range []uint64{3, 1000} { // many ties, few ties
+			s := make([]time.Duration, n)
+			for i := range s {
+				rnd = splitmix(rnd + 1)
+				s[i] = time.Duration(rnd % spread)
+			}
+			sorted := slices.Clone(s)
+			slices.Sort(sorted)
+			for k := range n {
+				if got := nth(slices.Clone(s), k); got != sorted[k] {
+					t.Fatalf("n %d spread %d: nth(%d) = %d, want %d", n, spread, k, got, sorted[k])
+				}
+			}
+		}
+	}
 }

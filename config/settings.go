@@ -73,7 +73,7 @@ var help = map[string]string{
 	"rating-head-lag-weight": "weight of head lag (how far a worker's newest block trails the best one in the network) in the rating score",
 	"rating-load-weight":     "weight of current load in the rating score",
 
-	"hedge-delay":       "how long an attempt may run before a hedge is sent: a second copy of the request to another worker, while the first still runs, for work types that are safe to run twice; the first answer wins",
+	"hedge-delay":       "how long an attempt may run before a hedge is sent: a second copy of the request to another worker, while the first still runs, for work types that are safe to run twice; the first answer wins. With hedge-quantile above 0 it is used only until a work type's delay is measured (hedge-min-samples)",
 	"hedge-max-count":   "maximum hedges (extra copies of one request, see hedge-delay) per request; 0 turns hedging off",
 	"hedge-quantile":    "quantile (0.95 is p95) of a work type's recent successful attempts at this node that is its hedge delay, measured per work type; 0 turns measuring off (hedge-delay always)",
 	"hedge-delay-min":   "lower bound of the measured hedge delay (hedge-quantile)",

@@ -19,9 +19,9 @@ import (
 //
 // Each work type keeps its last hedgeRing successes with the time each
 // ended, in a ring; the quantile is worked out from the ones within
-// hedge-window when it is read, at most once per hedgeRecompute new samples
-// (or hedgeRefresh of time, so that old samples age out), and cached
-// between. Nothing runs in the background.
+// hedge-window when it is read and hedgeRecompute new samples arrived or
+// hedgeRefresh passed since it last was (so that old samples age out), and
+// cached between. Nothing runs in the background.
 
 const (
 	// hedgeRing is how many recent successes a work type keeps.

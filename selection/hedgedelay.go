@@ -178,7 +178,9 @@ func (s *Selector) HedgeDelay(workType string) (d time.Duration, samples int, me
 }
 
 // observeHedge feeds the measured hedge delay with an attempt's outcome:
-// only a success counts.
+// only a success counts. Plan.Report feeds it the attempts of requests that
+// may be hedged only, so that a type's writes (a jsonrpc transaction) do
+// not move the delay of its reads.
 func (s *Selector) observeHedge(workType string, o Outcome, latency time.Duration) {
 	if o != Success || s.cfg.Hedge.Quantile <= 0 || s.cfg.Hedge.MaxCount == 0 {
 		return

@@ -137,6 +137,13 @@ func TestHedgeDelay_OnlySuccessesCount(t *testing.T) {
 		}
 	}
 	wantHedgeDelay(t, s, clk, "sha256", 10*time.Millisecond, true)
+	// Nor do the successes of requests that may not be hedged (writes).
+	for range 2 {
+		p := s.Plan(Request{WorkType: "sha256"})
+		pk := mustNext(t, p)
+		p.Report(pk, Success, 900*time.Millisecond)
+	}
+	wantHedgeDelay(t, s, clk, "sha256", 10*time.Millisecond, true)
 	// The loser of a hedged request: the winner decides, the loser is
 	// reported cancelled and does not count.
 	p := s.Plan(Request{WorkType: "sha256", Idempotent: true})

@@ -407,7 +407,9 @@ func (p *Plan) Report(pk Pick, o Outcome, latency time.Duration) Verdict {
 	t.reported = true
 	t.e.stats.inflight.Add(-1)
 	p.s.record(t.e, o, latency)
-	p.s.observeHedge(p.req.WorkType, o, latency)
+	if p.req.Idempotent {
+		p.s.observeHedge(p.req.WorkType, o, latency)
+	}
 	if p.decided || o == Cancelled {
 		return Ignored
 	}

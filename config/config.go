@@ -337,10 +337,23 @@ type RatingConfig struct {
 
 // HedgeConfig drives concurrent extra attempts for idempotent work types.
 type HedgeConfig struct {
-	// Delay is the wait after an attempt starts before a hedge is sent.
+	// Delay is the wait after an attempt starts before a hedge is sent
+	// while the work type has fewer than MinSamples measured attempts, and
+	// always when Quantile is 0.
 	Delay time.Duration `koanf:"hedge-delay"`
 	// MaxCount is the number of hedges per request; 0 turns hedging off.
 	MaxCount int `koanf:"hedge-max-count"`
+	// Quantile of the recent successful attempts of a work type that is
+	// its measured hedge delay (0.95: p95); 0 turns measuring off.
+	Quantile float64 `koanf:"hedge-quantile"`
+	// DelayMin and DelayMax bound the measured hedge delay.
+	DelayMin time.Duration `koanf:"hedge-delay-min"`
+	DelayMax time.Duration `koanf:"hedge-delay-max"`
+	// Window is how long a measured attempt counts.
+	Window time.Duration `koanf:"hedge-window"`
+	// MinSamples is how many measured attempts within Window a work type
+	// needs before its measured delay replaces Delay.
+	MinSamples int `koanf:"hedge-min-samples"`
 }
 
 // Who may send a node work.
@@ -487,7 +500,8 @@ func Defaults() Config {
 			HeadLagWeight: 1,
 			LoadWeight:    1,
 		},
-		Hedge: HedgeConfig{Delay: 100 * time.Millisecond, MaxCount: 0},
+		Hedge: HedgeConfig{Delay: 100 * time.Millisecond, MaxCount: 0,
+			Quantile: 0.95, DelayMin: 2 * time.Millisecond, DelayMax: time.Second, Window: 30 * time.Second, MinSamples: 20},
 		Access: AccessConfig{
 			AcceptWorkFrom: AcceptAny,
 			PeerMaxStreams: 64,

@@ -73,8 +73,13 @@ var help = map[string]string{
 	"rating-head-lag-weight": "weight of head lag (how far a worker's newest block trails the best one in the network) in the rating score",
 	"rating-load-weight":     "weight of current load in the rating score",
 
-	"hedge-delay":     "how long an attempt may run before a hedge is sent: a second copy of the request to another worker, while the first still runs, for work types that are safe to run twice; the first answer wins",
-	"hedge-max-count": "maximum hedges (extra copies of one request, see hedge-delay) per request; 0 turns hedging off",
+	"hedge-delay":       "how long an attempt may run before a hedge is sent: a second copy of the request to another worker, while the first still runs, for work types that are safe to run twice; the first answer wins. With hedge-quantile above 0 it is used only until a work type's delay is measured (hedge-min-samples)",
+	"hedge-max-count":   "maximum hedges (extra copies of one request, see hedge-delay) per request; 0 turns hedging off",
+	"hedge-quantile":    "quantile (0.95 is p95) of a work type's recent successful attempts at this node that is its hedge delay, measured per work type; 0 turns measuring off (hedge-delay always)",
+	"hedge-delay-min":   "lower bound of the measured hedge delay (hedge-quantile)",
+	"hedge-delay-max":   "upper bound of the measured hedge delay (hedge-quantile)",
+	"hedge-window":      "how long a successful attempt counts in its work type's measured hedge delay (at most its last 256 count)",
+	"hedge-min-samples": "successful attempts within hedge-window a work type needs before its measured hedge delay replaces hedge-delay",
 
 	"accept-work-from": "who may send this node work: any, or allowlist (only the peers in allow-peer)",
 	"allow-peer":       "peer ID allowed to send work when accept-work-from is allowlist (repeatable)",
@@ -160,6 +165,7 @@ var group = map[string]string{
 	"max-retries": "work", "max-spawn-attempts": "work", "worker-buffer-size": "work",
 	"max-remote-workers": "work", "connect-timeout": "work", "retry-delay": "work",
 	"local-concurrency": "work", "hedge-delay": "work", "hedge-max-count": "work",
+	"hedge-quantile": "work", "hedge-delay-min": "work", "hedge-delay-max": "work", "hedge-window": "work", "hedge-min-samples": "work",
 	"retry-budget-window": "work", "retry-budget-ratio": "work", "retry-budget-min-per-second": "work",
 	"admission-queue-size": "work",
 	"max-payload":          "work", "max-result": "work",

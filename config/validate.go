@@ -406,6 +406,16 @@ func (h *HedgeConfig) Validate() error {
 	var c checks
 	notNegative(&c, "hedge-delay", h.Delay)
 	atLeast(&c, "hedge-max-count", h.MaxCount, 0)
+	if h.Quantile < 0 || h.Quantile >= 1 || math.IsNaN(h.Quantile) {
+		c.failf("hedge-quantile", "hedge-quantile %v must be at least 0 and below 1 (0.95 is p95; 0 turns measuring off)", h.Quantile)
+	}
+	notNegative(&c, "hedge-delay-min", h.DelayMin)
+	positive(&c, "hedge-delay-max", h.DelayMax)
+	if h.DelayMax > 0 && h.DelayMin > h.DelayMax {
+		c.pairf("hedge-delay-min", "hedge-delay-max", "hedge-delay-min %s must be <= hedge-delay-max %s", h.DelayMin, h.DelayMax)
+	}
+	positive(&c, "hedge-window", h.Window)
+	atLeast(&c, "hedge-min-samples", h.MinSamples, 1)
 	return c.join()
 }
 

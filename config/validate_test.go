@@ -173,6 +173,13 @@ func TestValidate_Bounds(t *testing.T) {
 		{"rating-load-weight negative", func(c *Config) { c.Rating.LoadWeight = -2 }, "rating-load-weight -2 must be"},
 		{"hedge-delay negative", func(c *Config) { c.Hedge.Delay = -time.Millisecond }, "hedge-delay -1ms must be >= 0"},
 		{"hedge-max-count negative", func(c *Config) { c.Hedge.MaxCount = -1 }, "hedge-max-count -1 must be >= 0"},
+		{"hedge-quantile one", func(c *Config) { c.Hedge.Quantile = 1 }, "hedge-quantile 1 must be at least 0 and below 1"},
+		{"hedge-quantile NaN", func(c *Config) { c.Hedge.Quantile = math.NaN() }, "hedge-quantile NaN must be"},
+		{"hedge-delay-min above max", func(c *Config) { c.Hedge.DelayMin, c.Hedge.DelayMax = time.Second, time.Millisecond },
+			"hedge-delay-min 1s must be <= hedge-delay-max 1ms"},
+		{"hedge-delay-max zero", func(c *Config) { c.Hedge.DelayMax = 0 }, "hedge-delay-max 0s must be > 0"},
+		{"hedge-window zero", func(c *Config) { c.Hedge.Window = 0 }, "hedge-window 0s must be > 0"},
+		{"hedge-min-samples zero", func(c *Config) { c.Hedge.MinSamples = 0 }, "hedge-min-samples 0 must be >= 1"},
 		{"work type name empty", func(c *Config) {
 			c.WorkTypeDefaults = map[string]WorkTypeConfig{"": {LabelBalancing: &LabelBalancingConfig{Order: []string{"a"}}}}
 		}, "work-type-defaults: a work type name is empty"},

@@ -229,8 +229,12 @@ func (p *Plan) Hedge() (Pick, bool) {
 	return pk, true
 }
 
-// HedgeDelay is how long after an attempt starts a hedge may be sent.
-func (p *Plan) HedgeDelay() time.Duration { return p.s.cfg.Hedge.Delay }
+// HedgeDelay is how long after an attempt starts a hedge may be sent: the
+// request's work type's measured hedge delay (Selector.HedgeDelay).
+func (p *Plan) HedgeDelay() time.Duration {
+	d, _, _ := p.s.HedgeDelay(p.req.WorkType)
+	return d
+}
 
 // budgetLocked reports whether another distinct remote peer may be tried.
 // retriesSpentLocked reports whether max-retries allows no further retry,
@@ -403,6 +407,9 @@ func (p *Plan) Report(pk Pick, o Outcome, latency time.Duration) Verdict {
 	t.reported = true
 	t.e.stats.inflight.Add(-1)
 	p.s.record(t.e, o, latency)
+	if p.req.Idempotent {
+		p.s.observeHedge(p.req.WorkType, o, latency)
+	}
 	if p.decided || o == Cancelled {
 		return Ignored
 	}

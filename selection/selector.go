@@ -116,6 +116,7 @@ type Selector struct {
 	plans        atomic.Uint64 // per-plan random stream index
 	budget       *retryBudget  // nil: no retry budget
 	explore      *explore      // nil: exploration is not bounded
+	hedgeLat     hedgeLatency  // the measured hedge delay of each work type
 
 	mu          sync.Mutex // guards everything below
 	peers       []Peer

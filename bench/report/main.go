@@ -182,6 +182,47 @@ var figures = []figure{
 	{name: "scaling: requests/s, %d vs %d nodes, 20 dispatching (mocknet)", scale: "req/s", unit: "req/s", goal: "(reported)"},
 	{name: "scaling: p99, %d vs %d nodes, 20 dispatching (mocknet)", scale: "p99-ms", unit: "ms", goal: "(reported)"},
 	{name: "scaling: idle network CPU, %d vs %d nodes (mocknet)", scale: "background-cores", unit: "cores", goal: "(reported)"},
+	{
+		name:     "hedging, 1 of 3 workers 50x slower on 10%, 10ms work: p99, measured hedging vs none",
+		workmesh: source{"BenchmarkPerfHedgeMeasured/work=10ms", "measured-p99-ms"},
+		baseline: source{"BenchmarkPerfHedgeMeasured/work=10ms", "none-p99-ms"},
+		ratio:    source{"BenchmarkPerfHedgeMeasured/work=10ms", "p99-ratio"},
+		unit:     "ms", goal: "<= 0.2 (5x lower)", met: ratioAtMost(0.2),
+	},
+	{
+		name:     "hedging, same: hedges fired, measured (p95) vs fixed hedge-delay 100ms",
+		workmesh: source{"BenchmarkPerfHedgeMeasured/work=10ms", "measured-hedges"},
+		baseline: source{"BenchmarkPerfHedgeMeasured/work=10ms", "fixed-hedges"},
+		ratio:    source{"BenchmarkPerfHedgeMeasured/work=10ms", "hedge-ratio"},
+		unit:     "hedges", goal: "<= 1.1", met: ratioAtMost(1.1),
+	},
+	{
+		name:     "hedging, same: p99, fixed hedge-delay 100ms vs none",
+		workmesh: source{"BenchmarkPerfHedgeMeasured/work=10ms", "fixed-p99-ms"},
+		baseline: source{"BenchmarkPerfHedgeMeasured/work=10ms", "none-p99-ms"},
+		unit:     "ms", goal: "(reported)",
+	},
+	{
+		name:     "hedging, same: hedges fired, measured at hedge-quantile 0.99 vs fixed",
+		workmesh: source{"BenchmarkPerfHedgeMeasured/work=10ms", "measured-q99-hedges"},
+		baseline: source{"BenchmarkPerfHedgeMeasured/work=10ms", "fixed-hedges"},
+		ratio:    source{"BenchmarkPerfHedgeMeasured/work=10ms", "hedge-ratio-q99"},
+		unit:     "hedges", goal: "(reported)",
+	},
+	{
+		name:     "hedging, 1 of 3 workers 50x slower on 10%, 120ms work: p99, measured hedging vs none",
+		workmesh: source{"BenchmarkPerfHedgeMeasured/work=120ms", "measured-p99-ms"},
+		baseline: source{"BenchmarkPerfHedgeMeasured/work=120ms", "none-p99-ms"},
+		ratio:    source{"BenchmarkPerfHedgeMeasured/work=120ms", "p99-ratio"},
+		unit:     "ms", goal: "<= 0.2 (5x lower)", met: ratioAtMost(0.2),
+	},
+	{
+		name:     "hedging, same: hedges fired, measured (p95) vs fixed hedge-delay 100ms",
+		workmesh: source{"BenchmarkPerfHedgeMeasured/work=120ms", "measured-hedges"},
+		baseline: source{"BenchmarkPerfHedgeMeasured/work=120ms", "fixed-hedges"},
+		ratio:    source{"BenchmarkPerfHedgeMeasured/work=120ms", "hedge-ratio"},
+		unit:     "hedges", goal: "<= 1.1", met: ratioAtMost(1.1),
+	},
 }
 
 // benchLine matches a result line: name, iterations, then value/unit pairs.

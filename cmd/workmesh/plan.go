@@ -180,6 +180,11 @@ func printPlan(w io.Writer, v apiv1.PlanView) {
 	fmt.Fprintf(w, "  limits: max-remote-workers %d, max-retries %d", v.Limits.MaxRemoteWorkers, v.Limits.MaxRetries)
 	if v.Limits.HedgeMaxCount > 0 {
 		fmt.Fprintf(w, ", hedges %d", v.Limits.HedgeMaxCount)
+		if v.Limits.HedgeDelayMeasured {
+			fmt.Fprintf(w, " after %gms (measured)", v.Limits.HedgeDelayMS)
+		} else {
+			fmt.Fprintf(w, " after %gms (hedge-delay)", v.Limits.HedgeDelayMS)
+		}
 	}
 	fmt.Fprintln(w)
 	if len(v.Excluded) > 0 {

@@ -422,6 +422,10 @@ type PlanLimits struct {
 	MaxRemoteWorkers int `json:"max_remote_workers"`
 	MaxRetries       int `json:"max_retries"`
 	HedgeMaxCount    int `json:"hedge_max_count"`
+	// HedgeDelayMS is the work type's hedge delay now; HedgeDelayMeasured
+	// says it is measured (hedge-quantile), not the fixed hedge-delay.
+	HedgeDelayMS       float64 `json:"hedge_delay_ms"`
+	HedgeDelayMeasured bool    `json:"hedge_delay_measured"`
 }
 
 // PlanView is the answer of GET /v1/plan: where a request would go now,

@@ -25,6 +25,8 @@ func (d *Dispatcher) Plan(req apiv1.PlanRequest) apiv1.PlanView {
 		Groups: []apiv1.PlanGroup{}, Order: []apiv1.PlanPick{}, Excluded: []apiv1.PlanExcluded{}, Counts: []apiv1.PlanCount{},
 		Limits: apiv1.PlanLimits{MaxRemoteWorkers: d.cfg.Worker.MaxRemoteWorkers, MaxRetries: d.cfg.Worker.MaxRetries, HedgeMaxCount: d.cfg.Hedge.MaxCount},
 	}
+	hd, _, measured := d.sel.HedgeDelay(req.Type)
+	v.Limits.HedgeDelayMS, v.Limits.HedgeDelayMeasured = apiv1.Millis(hd), measured
 	if v.Labels == nil {
 		v.Labels = []string{}
 	}

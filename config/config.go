@@ -346,6 +346,9 @@ type HedgeConfig struct {
 	// Quantile of the recent successful attempts of a work type that is
 	// its measured hedge delay (0.95: p95); 0 turns measuring off.
 	Quantile float64 `koanf:"hedge-quantile"`
+	// Factor multiplies the quantile: the measured hedge delay is Factor
+	// times it, so that a hedge waits past a type's normal tail.
+	Factor float64 `koanf:"hedge-delay-factor"`
 	// DelayMin and DelayMax bound the measured hedge delay.
 	DelayMin time.Duration `koanf:"hedge-delay-min"`
 	DelayMax time.Duration `koanf:"hedge-delay-max"`
@@ -501,7 +504,7 @@ func Defaults() Config {
 			LoadWeight:    1,
 		},
 		Hedge: HedgeConfig{Delay: 100 * time.Millisecond, MaxCount: 0,
-			Quantile: 0.95, DelayMin: 2 * time.Millisecond, DelayMax: time.Second, Window: 30 * time.Second, MinSamples: 20},
+			Quantile: 0.95, Factor: 2, DelayMin: 2 * time.Millisecond, DelayMax: time.Second, Window: 30 * time.Second, MinSamples: 20},
 		Access: AccessConfig{
 			AcceptWorkFrom: AcceptAny,
 			PeerMaxStreams: 64,

@@ -409,6 +409,9 @@ func (h *HedgeConfig) Validate() error {
 	if h.Quantile < 0 || h.Quantile >= 1 || math.IsNaN(h.Quantile) {
 		c.failf("hedge-quantile", "hedge-quantile %v must be at least 0 and below 1 (0.95 is p95; 0 turns measuring off)", h.Quantile)
 	}
+	if h.Factor < 1 || math.IsNaN(h.Factor) || math.IsInf(h.Factor, 0) {
+		c.failf("hedge-delay-factor", "hedge-delay-factor %v must be at least 1 (the measured hedge delay is it times the hedge-quantile)", h.Factor)
+	}
 	notNegative(&c, "hedge-delay-min", h.DelayMin)
 	positive(&c, "hedge-delay-max", h.DelayMax)
 	if h.DelayMax > 0 && h.DelayMin > h.DelayMax {

@@ -180,6 +180,7 @@ func TestValidate_Bounds(t *testing.T) {
 		{"hedge-delay-max zero", func(c *Config) { c.Hedge.DelayMax = 0 }, "hedge-delay-max 0s must be > 0"},
 		{"hedge-window zero", func(c *Config) { c.Hedge.Window = 0 }, "hedge-window 0s must be > 0"},
 		{"hedge-min-samples zero", func(c *Config) { c.Hedge.MinSamples = 0 }, "hedge-min-samples 0 must be >= 1"},
+		{"hedge-delay-factor below 1", func(c *Config) { c.Hedge.Factor = 0.5 }, "hedge-delay-factor 0.5 must be at least 1"},
 		{"work type name empty", func(c *Config) {
 			c.WorkTypeDefaults = map[string]WorkTypeConfig{"": {LabelBalancing: &LabelBalancingConfig{Order: []string{"a"}}}}
 		}, "work-type-defaults: a work type name is empty"},

@@ -133,7 +133,7 @@ func (w *latencyWindow) compute(cfg *config.HedgeConfig, now time.Time) {
 	// The nearest-rank quantile: the smallest sample at or above which the
 	// share cfg.Quantile of the samples lies.
 	i := min(max(int(cfg.Quantile*float64(len(s))+0.999999)-1, 0), len(s)-1)
-	w.est = min(max(nth(s, i), cfg.DelayMin), cfg.DelayMax)
+	w.est = min(max(time.Duration(float64(nth(s, i))*max(cfg.Factor, 1)), cfg.DelayMin), cfg.DelayMax)
 }
 
 // nth returns the k-th smallest of s (from 0), reordering s: a quickselect

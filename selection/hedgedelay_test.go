@@ -89,6 +89,23 @@ func TestHedgeDelay_Bounded(t *testing.T) {
 	wantHedgeDelay(t, s, clk, "slow", time.Second, true)        // hedge-delay-max
 }
 
+// TestHedgeDelay_FactorTimesTheQuantile: hedge-delay-factor multiplies the
+// quantile, within the bounds; the shipped default is 2.
+func TestHedgeDelay_FactorTimesTheQuantile(t *testing.T) {
+	cfg := hedgeConfig()
+	cfg.Hedge.Factor = 2
+	s, clk := newSelector(t, cfg, peer("a"))
+	for range 40 {
+		s.observeHedge("sha256", Success, 30*time.Millisecond)
+		s.observeHedge("slow", Success, 700*time.Millisecond)
+	}
+	wantHedgeDelay(t, s, clk, "sha256", 60*time.Millisecond, true)
+	wantHedgeDelay(t, s, clk, "slow", time.Second, true) // 1.4s, above hedge-delay-max
+	if got := config.Defaults().Hedge.Factor; got != 2 {
+		t.Errorf("default hedge-delay-factor %v, want 2", got)
+	}
+}
+
 func TestHedgeDelay_SlidingWindow(t *testing.T) {
 	s, clk := newSelector(t, hedgeConfig(), peer("a"))
 	for range 40 {

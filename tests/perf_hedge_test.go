@@ -44,13 +44,14 @@ type hedgeRun struct {
 	hedges int
 }
 
-// BenchmarkPerfHedgeMeasured compares four gateways of one network, one
+// BenchmarkPerfHedgeMeasured compares five gateways of one network, one
 // after another on the same three workers, one of which answers one request
 // in ten 50 times slower than its median: no hedging, hedging after the
 // fixed hedge-delay (100ms, the default), hedging after the measured delay
-// (the shipped defaults: p95 of the recent successes of the work type,
-// within 2ms..1s), and the same with hedge-quantile 0.99, to show what the
-// quantile trades. Each gateway is round-robin, so that every worker takes
+// (the shipped defaults: twice the p95 of the recent successes of the work
+// type, within 2ms..1s), the same with hedge-quantile 0.99, and with
+// hedge-delay-factor 1 (the bare p95), to show what quantile and factor
+// trade. Each gateway is round-robin, so that every worker takes
 // a third of the first attempts whatever the setting (rating would learn to
 // avoid the slow worker without hedging and not with it, which is another
 // comparison), may try the three workers, and sends at most one hedge. Two
@@ -74,6 +75,7 @@ func benchHedge(b *testing.B, base time.Duration, callers, warm, count int) {
 		{name: "fixed", hedge: func(h *config.HedgeConfig) { h.MaxCount, h.Quantile = 1, 0 }},
 		{name: "measured", hedge: func(h *config.HedgeConfig) { h.MaxCount = 1 }},
 		{name: "measured-q99", hedge: func(h *config.HedgeConfig) { h.MaxCount, h.Quantile = 1, 0.99 }},
+		{name: "measured-x1", hedge: func(h *config.HedgeConfig) { h.MaxCount, h.Factor = 1, 1 }},
 	}
 	var boot *member
 	for _, r := range runs {

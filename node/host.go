@@ -64,6 +64,14 @@ var (
 // the health and nodedata protocols. Its metrics are off: with them on, the
 // resource manager's stats reporter formats timestamps on every scope
 // change, a measured 16-19% of CPU under load.
+// ConnLowWater and ConnHighWater are the connection manager's bounds: past
+// the high water mark it closes the least useful connections (the peers
+// it was told to protect kept) until the low water mark is reached.
+const (
+	ConnLowWater  = 160
+	ConnHighWater = 192
+)
+
 func newResourceManager(netName string) (network.ResourceManager, error) {
 	limits := rcmgr.DefaultLimits
 	// DefaultLimits is a package variable whose maps the Add* methods
@@ -192,7 +200,7 @@ func newNodeHost(key crypto.PrivKey, netName, version string, listen []ma.Multia
 		return nil, fmt.Errorf("libp2p host: observed addresses: %w", err)
 	}
 	closers = append(closers, observed.Close)
-	cm, err := connmgr.NewConnManager(160, 192)
+	cm, err := connmgr.NewConnManager(ConnLowWater, ConnHighWater)
 	if err != nil {
 		return nil, fmt.Errorf("libp2p host: connection manager: %w", err)
 	}

@@ -398,6 +398,7 @@ func printTable(w io.Writer, rows []row) {
 
 func main() {
 	out := flag.String("out", "bench/results.json", "where to write the table as JSON")
+	internetOut := flag.String("internet-out", "bench/internet-scale.md", "where to write the internet-scale table (markdown)")
 	flag.Parse()
 	var in io.Reader = os.Stdin
 	if flag.NArg() > 0 {
@@ -434,6 +435,17 @@ func main() {
 		os.Exit(2)
 	}
 	fmt.Printf("\nratio = workmesh / baseline (median of paired ratios where the benchmark pairs its samples); written to %s\n", *out)
+	if c, miss := internetCosts(results); len(miss) == 0 {
+		var md bytes.Buffer
+		writeInternetTable(&md, c)
+		fmt.Printf("\nInternet scale, from this run's per-message costs (written to %s):\n\n%s", *internetOut, md.String())
+		if err := os.WriteFile(*internetOut, md.Bytes(), 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, "report:", err)
+			os.Exit(2)
+		}
+	} else {
+		missing = append(missing, miss...)
+	}
 	if len(failed) > 0 || len(missing) > 0 {
 		for _, l := range failed {
 			fmt.Fprintln(os.Stderr, "report: failure:", l)

@@ -4,6 +4,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/workmesh/workmesh/config"
 )
 
 // verifyLines is what BenchmarkVerifyVsSingle prints (go test -bench).
@@ -62,5 +64,41 @@ func TestVerifyRows(t *testing.T) {
 	}
 	if !slices.Contains(missing, name) {
 		t.Errorf("missing %q, want it to name %q", missing, name)
+	}
+}
+
+// TestInternetTable: the table is worked out from the run's per-message
+// costs and the shipped settings, and a run without them names what is
+// missing.
+func TestInternetTable(t *testing.T) {
+	results := map[string]map[string]float64{
+		"BenchmarkPerMessageCosts/gossip-validate":  {"µs/record": 40, "gossip-msg-bytes": 700},
+		"BenchmarkPerMessageCosts/members-validate": {"µs/record": 90},
+		"BenchmarkPerMessageCosts/health-ping":      {"ping-cpu-µs": 60, "ping-bytes": 12, "answer-bytes": 80},
+		"BenchmarkRecordPublishRate":                {"publish/s-load": 0},
+	}
+	c, missing := internetCosts(results)
+	if len(missing) != 0 {
+		t.Fatalf("missing %v", missing)
+	}
+	var out strings.Builder
+	writeInternetTable(&out, c)
+	md := out.String()
+	announce := config.Defaults().Node.AnnounceInterval.Seconds()
+	for _, want := range []string{
+		"| per node per second | 1000 nodes | 10000 nodes | 100000 nodes |",
+		// 100,000 nodes, every node a new chain head each 12s.
+		"| " + num(100_000*(1/announce+1.0/12)) + " |",
+		// A dispatcher polls 99% of 10,000 nodes every 2s.
+		"| " + num(9_900/config.Defaults().Liveness.PollInterval.Seconds()) + " |",
+		"Where it breaks first:",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("table lacks %q:\n%s", want, md)
+		}
+	}
+	delete(results, "BenchmarkRecordPublishRate")
+	if _, missing := internetCosts(results); len(missing) != 1 {
+		t.Errorf("missing %v, want the publish rate alone", missing)
 	}
 }

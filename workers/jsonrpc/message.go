@@ -321,6 +321,12 @@ func blockAddressed(method string) bool {
 	return ok
 }
 
+// sameID reports whether two ids are the same JSON value up to
+// insignificant space (an upstream may space its answer's id otherwise).
+func sameID(a, b json.RawMessage) bool {
+	return bytes.Equal(a, b) || bytes.Equal(compactJSON(a), compactJSON(b))
+}
+
 // compactJSON returns v without insignificant space, for comparing ids.
 func compactJSON(v json.RawMessage) []byte {
 	var b bytes.Buffer

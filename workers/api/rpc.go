@@ -186,8 +186,8 @@ func (h *RPC) serveOne(ctx context.Context, raw json.RawMessage) (jsonrpc.Respon
 func answerOf(id json.RawMessage, res dispatch.WorkResult) jsonrpc.Response {
 	switch res.Status {
 	case apiv1.StatusOK:
-		var up jsonrpc.Response
-		if err := json.Unmarshal(res.Output, &up); err != nil || (up.Result == nil && up.Error == nil) {
+		up, err := jsonrpc.DecodeResponse(res.Output)
+		if err != nil || (up.Result == nil && up.Error == nil) {
 			return errorResponse(id, workmeshError(res, fmt.Sprintf("worker %s answered without a JSON-RPC response", res.Worker)))
 		}
 		if up.Error != nil {

@@ -15,7 +15,7 @@ func EncodeCall(c Call) ([]byte, error) {
 	b, ok := appendPlainString(b, c.JSONRPC)
 	if ok && len(c.ID) > 0 {
 		b = append(b, `,"id":`...)
-		b, ok = appendPlainRaw(b, c.ID)
+		b, ok = appendPlainRaw(b, c.ID, false)
 	}
 	if ok {
 		b = append(b, `,"method":`...)
@@ -23,7 +23,7 @@ func EncodeCall(c Call) ([]byte, error) {
 	}
 	if ok && len(c.Params) > 0 {
 		b = append(b, `,"params":`...)
-		b, ok = appendPlainRaw(b, c.Params)
+		b, ok = appendPlainRaw(b, c.Params, false)
 	}
 	if !ok {
 		return json.Marshal(c)
@@ -34,7 +34,9 @@ func EncodeCall(c Call) ([]byte, error) {
 // AppendResult appends the success response {"jsonrpc":"2.0","id":id,
 // "result":result} and a newline to dst, byte for byte what a json.Encoder
 // writes for that Response, without its reflection. ok is false, and dst
-// unchanged, for content it leaves to the encoder (see EncodeCall).
+// unchanged, for content it leaves to the encoder (see EncodeCall). id
+// and result must be valid JSON, as ParseCall and DecodeResponse give
+// them: a result, which may be megabytes, is not checked again.
 func AppendResult(dst []byte, id, result json.RawMessage) ([]byte, bool) {
 	if len(result) == 0 {
 		return dst, false // omitted by the encoder: not a success response
@@ -45,11 +47,11 @@ func AppendResult(dst []byte, id, result json.RawMessage) ([]byte, bool) {
 	if id == nil {
 		b = append(b, "null"...)
 	} else {
-		b, ok = appendPlainRaw(b, id)
+		b, ok = appendPlainRaw(b, id, false)
 	}
 	if ok {
 		b = append(b, `,"result":`...)
-		b, ok = appendPlainRaw(b, result)
+		b, ok = appendPlainRaw(b, result, true)
 	}
 	if !ok {
 		return dst[:n], false
@@ -71,11 +73,11 @@ func appendPlainString(b []byte, s string) ([]byte, bool) {
 	return append(b, '"'), true
 }
 
-// appendPlainRaw appends the valid JSON value v without insignificant
-// space, as encoding/json does, when it holds no byte that encoding/json
-// would escape (the HTML characters, and U+2028 and U+2029, which start
-// with 0xE2).
-func appendPlainRaw(b []byte, v json.RawMessage) ([]byte, bool) {
+// appendPlainRaw appends the JSON value v without insignificant space, as
+// encoding/json does, when it holds no byte that encoding/json would
+// escape (the HTML characters, and U+2028 and U+2029, which start with
+// 0xE2); valid says v is known to be valid JSON, else it is checked.
+func appendPlainRaw(b []byte, v json.RawMessage, valid bool) ([]byte, bool) {
 	space := false
 	for _, c := range v {
 		switch c {
@@ -86,7 +88,7 @@ func appendPlainRaw(b []byte, v json.RawMessage) ([]byte, bool) {
 		}
 	}
 	if !space {
-		if !json.Valid(v) {
+		if !valid && !json.Valid(v) {
 			return b, false
 		}
 		return append(b, v...), true

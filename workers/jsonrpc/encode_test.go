@@ -41,10 +41,14 @@ func TestEncodeCall_AsMarshal(t *testing.T) {
 }
 
 // AppendResult gives exactly what a json.Encoder writes for the success
-// response, or leaves it to the encoder.
+// response, or leaves it to the encoder, for every valid id and result
+// (what it takes: a result is not checked again).
 func TestAppendResult_AsEncoder(t *testing.T) {
 	fast := 0
 	for _, c := range encodeCases {
+		if !json.Valid(c.Params) || (c.ID != nil && !json.Valid(c.ID)) {
+			continue
+		}
 		for _, id := range []json.RawMessage{c.ID, nil} {
 			result := c.Params
 			var want bytes.Buffer

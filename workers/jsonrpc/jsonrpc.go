@@ -531,8 +531,8 @@ func (j *Relay) parsePayload(payload []byte) ([]Call, bool, *RPCError) {
 
 // classifyOne classifies the upstream's answer to a single request.
 func (j *Relay) classifyOne(c Call, status int, data []byte) workers.Result {
-	var resp Response
-	if err := json.Unmarshal(data, &resp); err != nil || (resp.Result == nil && resp.Error == nil) {
+	resp, err := DecodeResponse(data)
+	if err != nil || (resp.Result == nil && resp.Error == nil) {
 		return j.notJSONRPC(status, data)
 	}
 	if resp.Error != nil {

@@ -107,7 +107,9 @@ func ParseCall(raw json.RawMessage) (Call, *RPCError) {
 	if len(raw) == 0 || raw[0] != '{' {
 		return c, &RPCError{Code: RPCInvalidRequest, Message: "invalid request: want a JSON object"}
 	}
-	if err := json.Unmarshal(raw, &c); err != nil {
+	if fast, ok := parseCallFast(raw); ok {
+		c = fast
+	} else if err := json.Unmarshal(raw, &c); err != nil {
 		// Keep the id if it alone can be read.
 		var idOnly struct {
 			ID json.RawMessage `json:"id"`

@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -18,14 +19,31 @@ import (
 	"github.com/workmesh/workmesh/config"
 	"github.com/workmesh/workmesh/selection"
 	"github.com/workmesh/workmesh/tests/testkit"
+	"github.com/workmesh/workmesh/workers"
 	"github.com/workmesh/workmesh/workers/api"
 	"github.com/workmesh/workmesh/workers/jsonrpc"
 	wstack "github.com/workmesh/workmesh/workers/stack"
 )
 
+// benchLogs is an eth_getLogs result of about 512 KiB: transfer logs, as
+// a node answers a query over a busy contract's blocks.
+var benchLogs = func() string {
+	var b strings.Builder
+	b.WriteString("[")
+	for i := 0; b.Len() < 512<<10; i++ {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		fmt.Fprintf(&b, `{"address":"0x00000000000000000000000000000000000000aa","topics":["0xddf252ad1be2c89b69c2b068fc378daa952ba7f163c4a11628f55a4df523b3ef","0x%064x"],"data":"0x%064x","blockNumber":"0x%x","transactionHash":"0x%064x","logIndex":"0x%x","removed":false}`, i, i*7, 100+i/50, i*13, i%50)
+	}
+	b.WriteString("]")
+	return b.String()
+}()
+
 // minimalUpstream is the least an Ethereum JSON-RPC node does: it answers
-// eth_chainId and eth_blockNumber, single requests only, so that what a
-// benchmark measures above it is workmesh's own cost.
+// eth_chainId, eth_blockNumber and eth_getLogs (benchLogs, whatever the
+// filter), single requests only, so that what a benchmark measures above
+// it is workmesh's own cost.
 func minimalUpstream(tb testing.TB) *httptest.Server {
 	tb.Helper()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -44,6 +62,10 @@ func minimalUpstream(tb testing.TB) *httptest.Server {
 			result = "0x539"
 		case "eth_blockNumber":
 			result = "0x64"
+		case "eth_getLogs":
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"result":%s}`, c.ID, benchLogs)
+			return
 		default:
 			w.Header().Set("Content-Type", "application/json")
 			fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"error":{"code":-32601,"message":"no such method"}}`, c.ID)
@@ -87,8 +109,8 @@ func startRPCStack(tb testing.TB, upstream string, localConcurrency int, boot *w
 	return s
 }
 
-// rpcClient posts eth_blockNumber to one URL over kept-alive connections
-// and checks the answer.
+// rpcClient posts a request to one URL over kept-alive connections and
+// checks the answer.
 type rpcClient struct {
 	c *http.Client
 }
@@ -100,8 +122,9 @@ func newRPCClient(conns int) *rpcClient {
 	return &rpcClient{c: &http.Client{Transport: t, Timeout: 10 * time.Second}}
 }
 
-func (c *rpcClient) blockNumber(url string, id int) (time.Duration, error) {
-	body := []byte(`{"jsonrpc":"2.0","id":` + strconv.Itoa(id) + `,"method":"eth_blockNumber","params":[]}`)
+// call posts method (without params) with id and wants result back.
+func (c *rpcClient) call(url string, id int, method, result string) (time.Duration, error) {
+	body := []byte(`{"jsonrpc":"2.0","id":` + strconv.Itoa(id) + `,"method":"` + method + `","params":[]}`)
 	start := time.Now()
 	req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
@@ -118,9 +141,9 @@ func (c *rpcClient) blockNumber(url string, id int) (time.Duration, error) {
 	if err != nil {
 		return 0, err
 	}
-	want := `{"jsonrpc":"2.0","id":` + strconv.Itoa(id) + `,"result":"0x64"}`
+	want := `{"jsonrpc":"2.0","id":` + strconv.Itoa(id) + `,"result":` + result + `}`
 	if resp.StatusCode != http.StatusOK || string(bytes.TrimSpace(data)) != want {
-		return 0, fmt.Errorf("POST %s: HTTP %d %s, want %s", url, resp.StatusCode, data, want)
+		return 0, fmt.Errorf("POST %s: HTTP %d %s, want %s", url, resp.StatusCode, workers.Truncate(string(data), 300), workers.Truncate(want, 300))
 	}
 	return took, nil
 }
@@ -152,7 +175,9 @@ func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond)
 // number BenchmarkRPCVsDirectUpstream compares.
 type rpcRig struct {
 	upstream, inNode, remote string
-	bare                     func() (time.Duration, error)
+	// method is what the clients call, result its answer.
+	method, result string
+	bare           func() (time.Duration, error)
 	// only, when set, runs that path alone (direct, node, remote or bare):
 	// WMTEST_RPC_ONLY, for a profile of one path.
 	only string
@@ -176,6 +201,8 @@ func newRPCRig(b *testing.B, localConcurrency int) *rpcRig {
 	payload := bytes.Repeat([]byte("x"), len(`{"jsonrpc":"2.0","id":1000000,"method":"eth_blockNumber","params":[]}`))
 	r := &rpcRig{
 		upstream: up.URL,
+		method:   "eth_blockNumber",
+		result:   `"0x64"`,
 		inNode:   "http://" + w.Node().APIAddr() + api.RPCPath,
 		remote:   "http://" + gw.Node().APIAddr() + api.RPCPath,
 		only:     os.Getenv("WMTEST_RPC_ONLY"),
@@ -205,9 +232,9 @@ func (r *rpcRig) rounds(c *rpcClient, client, calls int) rpcSamples {
 			call func() (time.Duration, error)
 			into *[]time.Duration
 		}{
-			{"direct", func() (time.Duration, error) { return c.blockNumber(r.upstream, id) }, &s.direct},
-			{"node", func() (time.Duration, error) { return c.blockNumber(r.inNode, id) }, &s.inNode},
-			{"remote", func() (time.Duration, error) { return c.blockNumber(r.remote, id) }, &s.remote},
+			{"direct", func() (time.Duration, error) { return c.call(r.upstream, id, r.method, r.result) }, &s.direct},
+			{"node", func() (time.Duration, error) { return c.call(r.inNode, id, r.method, r.result) }, &s.inNode},
+			{"remote", func() (time.Duration, error) { return c.call(r.remote, id, r.method, r.result) }, &s.remote},
 			{"bare", r.bare, &s.bare},
 		} {
 			if r.only != "" && p.name != r.only {
@@ -296,11 +323,18 @@ func (r *rpcRig) run(b *testing.B, clients, calls int) {
 // that fronts an RPC upstream for many clients runs more than the default
 // 4 relays at once (the relay waits on its upstream, it does not use a
 // core), and with 4 the 32-client figure is the worker's queue. The
-// default is measured too (local-concurrency=4). Run it with -benchtime
-// 1x: the number of calls is fixed.
+// default is measured too (local-concurrency=4). result=512KiB asks
+// eth_getLogs for a 512 KiB answer instead (the bare echo keeps the
+// request's size). Run it with -benchtime 1x: the number of calls is
+// fixed.
 func BenchmarkRPCVsDirectUpstream(b *testing.B) {
 	rig := newRPCRig(b, 64)
 	b.Run("clients=1", func(b *testing.B) { rig.run(b, 1, 2000) })
 	b.Run("clients=32", func(b *testing.B) { rig.run(b, 32, 150) })
 	b.Run("clients=32/local-concurrency=4", func(b *testing.B) { newRPCRig(b, 0).run(b, 32, 150) })
+	b.Run("clients=1/result=512KiB", func(b *testing.B) {
+		logs := *rig
+		logs.method, logs.result = "eth_getLogs", benchLogs
+		logs.run(b, 1, 60)
+	})
 }

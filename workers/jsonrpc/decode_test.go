@@ -20,6 +20,7 @@ var decodeCases = []string{
 	`{"jsonrpc":"2.0","id":1,"error":null,"result":true}`,
 	`{"JSONRPC":"2.0","ID":1,"Result":1,"Error":null}`,
 	`{"jsonrpc":"2.0","id":1,"result":1,"extra":{"x":[1,2,{"y":"\"}"}]},"more":"\\"}`,
+	`{"jsonrpc":"2.0","id":"\\","result":"\\\"},\"id\":9","x":"\\\\"}`,
 	`{"jsonrpc":"2.0","id":1,"result":1,"id":2}`,
 	`{"jsonrpc":"2.0","id":1,"error":{"code":1,"message":"a"},"error":{"code":2}}`,
 	`{"jsonrpc":"2.0","id":1,"error":{"code":1},"error":null}`,

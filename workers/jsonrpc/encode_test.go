@@ -65,11 +65,29 @@ func TestAppendResult_AsEncoder(t *testing.T) {
 			default:
 				fast++
 			}
+			// ResultHead, the result and ResultTail are the same bytes,
+			// for a result that needs neither escapes nor compaction.
+			head, hok := ResultHead(id, result)
+			escapes, space := plainBytes(result)
+			switch {
+			case hok && !ok:
+				t.Errorf("ResultHead(%s, %s) = %q, but AppendResult leaves it to the encoder", id, result, head)
+			case hok && string(head)+string(result)+ResultTail != want.String():
+				t.Errorf("ResultHead(%s, %s) gives %q, the encoder writes %q", id, result, string(head)+string(result)+ResultTail, want.Bytes())
+			case !hok && ok && !escapes && !space && plainID(id):
+				t.Errorf("ResultHead(%s, %s) refused a plain result", id, result)
+			}
 		}
 	}
 	if fast < 6 {
 		t.Errorf("%d responses took the fast path, want every plain one (6 at least)", fast)
 	}
+}
+
+// plainID reports whether an id needs no escape nor compaction.
+func plainID(id json.RawMessage) bool {
+	escapes, space := plainBytes(id)
+	return !escapes && !space
 }
 
 func BenchmarkEncodeCall(b *testing.B) {

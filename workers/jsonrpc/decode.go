@@ -8,7 +8,7 @@ import (
 
 // DecodeResponse decodes one JSON-RPC response as json.Unmarshal into a
 // Response does (the same fields, the same errors), scanning data once to
-// check it and once to find its members, with no reflection: a relayed
+// check it (validJSON) and once to find its members, with no reflection: a relayed
 // answer is decoded on the worker and again on the node that asked, and
 // an eth_getLogs answer may be megabytes. ID and Result share data's
 // bytes.
@@ -26,7 +26,7 @@ func DecodeResponse(data []byte) (Response, error) {
 // "result" and "error" at most once, their values of the right kinds. ok
 // false leaves anything else (and every error) to json.Unmarshal.
 func decodeResponseFast(data []byte) (r Response, ok bool) {
-	if !json.Valid(data) {
+	if !validJSON(data) {
 		return r, false
 	}
 	var seen [4]bool
@@ -74,7 +74,7 @@ func decodeResponseFast(data []byte) (r Response, ok bool) {
 // parseCallFast decodes the plain form of a request as decodeResponseFast
 // does a response; ok false leaves it to json.Unmarshal.
 func parseCallFast(raw []byte) (c Call, ok bool) {
-	if !json.Valid(raw) {
+	if !validJSON(raw) {
 		return c, false
 	}
 	var seen [4]bool

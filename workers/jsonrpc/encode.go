@@ -83,7 +83,7 @@ func appendPlainRaw(b []byte, v json.RawMessage, valid bool) ([]byte, bool) {
 	case escapes:
 		return b, false
 	case !space:
-		if !valid && !json.Valid(v) {
+		if !valid && !validJSON(v) {
 			return b, false
 		}
 		return append(b, v...), true

@@ -497,7 +497,7 @@ func allNotifications(calls []Call) bool {
 // batch of them.
 func (j *Relay) parsePayload(payload []byte) ([]Call, bool, *RPCError) {
 	p := bytes.TrimSpace(payload)
-	if !json.Valid(p) {
+	if !validJSON(p) {
 		return nil, false, &RPCError{Code: RPCParseError, Message: "parse error: the payload is not valid JSON"}
 	}
 	if p[0] != '[' {

@@ -94,7 +94,7 @@ func (h *RPC) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	body = bytes.TrimSpace(body)
-	if !json.Valid(body) {
+	if !jsonrpc.Valid(body) {
 		h.write(w, http.StatusOK, errorResponse(nullID, &jsonrpc.RPCError{Code: jsonrpc.RPCParseError, Message: "parse error: the body is not valid JSON"}))
 		return
 	}

@@ -3,6 +3,10 @@ package jsonrpc
 // maxDepth is encoding/json's limit of nested arrays and objects.
 const maxDepth = 10000
 
+// Valid reports whether b is one JSON value, as json.Valid does, faster
+// (see validJSON): /v1/rpc checks every body with it.
+func Valid(b []byte) bool { return validJSON(b) }
+
 // validJSON reports whether b is one JSON value, space around it allowed,
 // exactly as json.Valid does (its nesting limit included), in one pass
 // with no call per byte: several times faster on the long strings of an

@@ -210,6 +210,18 @@ var figures = []figure{
 		baseline: source{"BenchmarkRPCVsDirectUpstream/clients=32", "direct-p50-µs"},
 		unit:     "µs", goal: "(reported)",
 	},
+	{
+		name:     "JSON-RPC /v1/rpc via a gateway, 512 KiB eth_getLogs answer: p50 vs the upstream directly",
+		workmesh: source{"BenchmarkRPCVsDirectUpstream/clients=1/result=512KiB", "remote-p50-µs"},
+		baseline: source{"BenchmarkRPCVsDirectUpstream/clients=1/result=512KiB", "direct-p50-µs"},
+		unit:     "µs", goal: "(reported)",
+	},
+	{
+		name:     "JSON-RPC /v1/rpc in the node serving it, 512 KiB eth_getLogs answer: p50 vs the upstream directly",
+		workmesh: source{"BenchmarkRPCVsDirectUpstream/clients=1/result=512KiB", "node-p50-µs"},
+		baseline: source{"BenchmarkRPCVsDirectUpstream/clients=1/result=512KiB", "direct-p50-µs"},
+		unit:     "µs", goal: "(reported)",
+	},
 	{name: "scaling: requests/s at %d nodes, 20 dispatching (mocknet)", perSize: "req/s", unit: "req/s", goal: "(reported)"},
 	{name: "scaling: p99 at %d nodes, 20 dispatching (mocknet)", perSize: "p99-ms", unit: "ms", goal: "(reported)"},
 	{name: "scaling: failed requests at %d nodes, of 20,000 (mocknet)", perSize: "failed", unit: "requests", goal: "(reported)"},

@@ -2,6 +2,7 @@ package jsonrpc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -190,4 +191,15 @@ func TestPlainConns_RedirectAndCancel(t *testing.T) {
 	if u.opened.Load() == opened {
 		t.Fatal("the request after the cancelled one reused its connection")
 	}
+}
+
+// A relay refused at start (another chain) leaves no connection open.
+func TestPlainConns_RefusedStartCloses(t *testing.T) {
+	u := newConnUpstream(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := New(ctx, config.JSONRPCConfig{Upstream: u.URL, ChainID: "5", HeadInterval: time.Hour}, workertest.QuietLogger()); !errors.Is(err, ErrChainIDMismatch) {
+		t.Fatalf("start against chain 1 with jsonrpc-chain-id 5: %v, want a mismatch", err)
+	}
+	u.waitClosed(t, 1)
 }

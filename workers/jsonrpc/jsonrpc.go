@@ -222,12 +222,12 @@ func New(ctx context.Context, cfg config.JSONRPCConfig, log logrus.FieldLogger, 
 	got, err := j.quantity(ctx, "eth_chainId")
 	switch {
 	case err != nil && haveWant:
-		j.client.CloseIdleConnections()
+		j.closeConns()
 		return nil, fmt.Errorf("jsonrpc: check the chain ID of upstream %s: %w", j.shown, err)
 	case err != nil:
 		j.log.WithError(err).Warn("jsonrpc: could not read the upstream's chain ID (jsonrpc-chain-id is not set, so serving anyway)")
 	case haveWant && got != want:
-		j.client.CloseIdleConnections()
+		j.closeConns()
 		return nil, fmt.Errorf("jsonrpc: upstream %s reports chain ID %d (%#x), jsonrpc-chain-id is %d: refusing to serve another chain: %w",
 			j.shown, got, got, want, ErrChainIDMismatch)
 	default:
@@ -313,6 +313,11 @@ func (j *Relay) Close() {
 	}
 	j.mu.Unlock()
 	j.runs.Wait()
+	j.closeConns()
+}
+
+// closeConns closes the idle connections to the upstream.
+func (j *Relay) closeConns() {
 	j.client.CloseIdleConnections()
 	if j.plain != nil {
 		j.plain.close()

@@ -100,7 +100,8 @@ type Response struct {
 }
 
 // ParseCall decodes and checks one request object. The id is returned
-// whenever it could be read, so an error answer can carry it.
+// whenever it could be read, so an error answer can carry it. The call's
+// ID and Params may share raw's bytes.
 func ParseCall(raw json.RawMessage) (Call, *RPCError) {
 	var c Call
 	raw = bytes.TrimSpace(raw)

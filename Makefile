@@ -35,6 +35,7 @@ bench:
 	$(GO) test -run '^$$' -bench '^BenchmarkDispatchEchoVsBareStream$$' -benchmem -benchtime 3000x ./tests/ 2>&1 | tee -a $(BENCH_RAW)
 	$(GO) test -run '^$$' -bench '^BenchmarkNetworkJoinVsRawGossip$$' -benchtime 30x ./tests/ 2>&1 | tee -a $(BENCH_RAW)
 	$(GO) test -run '^$$' -bench '^BenchmarkVerifyVsSingle$$' -benchtime 1000x ./tests/ 2>&1 | tee -a $(BENCH_RAW)
+	$(GO) test -run '^$$' -bench '^BenchmarkRPCVsDirectUpstream$$' -benchtime 1x ./tests/ 2>&1 | tee -a $(BENCH_RAW)
 	$(GO) test -run '^$$' -bench '^BenchmarkPerf(Throughput|DeadWorkers|FlakyWorker|Eligible|Selection)' -benchtime 1x -timeout 8m ./tests/ 2>&1 | tee -a $(BENCH_RAW)
 	WMTEST_SCALE_NODES=$(SCALE_NODES) $(GO) test -run '^$$' -bench '^BenchmarkPerfScale$$' -benchtime 1x -timeout 8m ./tests/ 2>&1 | tee -a $(BENCH_RAW)
 	$(GO) test -run '^$$' -bench '^BenchmarkPerfHedgeMeasured$$' -benchtime 1x -timeout 3m ./tests/ 2>&1 | tee -a $(BENCH_RAW)

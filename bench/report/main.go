@@ -54,6 +54,11 @@ func ratioAtMost(limit float64) func(row) bool {
 	return func(r row) bool { return *r.Ratio <= limit }
 }
 
+// addedAtMost is met when workmesh exceeds baseline by at most limit.
+func addedAtMost(limit float64) func(row) bool {
+	return func(r row) bool { return *r.Workmesh-*r.Baseline <= limit }
+}
+
 func ratioAtLeast(limit float64) func(row) bool {
 	return func(r row) bool { return *r.Ratio >= limit }
 }
@@ -173,6 +178,63 @@ var figures = []figure{
 		baseline: source{"BenchmarkVerifyVsSingle/work-1ms", "single-p50-µs"},
 		ratio:    source{"BenchmarkVerifyVsSingle/work-1ms", "p50-ratio"},
 		unit:     "µs", goal: "<= 1.5", met: ratioAtMost(1.5),
+	},
+	{
+		name:     "JSON-RPC /v1/rpc via a gateway, 1 client: p50 added over the upstream vs bare stream",
+		workmesh: source{"BenchmarkRPCVsDirectUpstream/clients=1", "remote-added-p50-µs"},
+		baseline: source{"BenchmarkRPCVsDirectUpstream/clients=1", "bare-p50-µs"},
+		ratio:    source{"BenchmarkRPCVsDirectUpstream/clients=1", "ratio"},
+		unit:     "µs", goal: "<= bare + 300 µs", met: addedAtMost(300),
+	},
+	{
+		name:     "JSON-RPC /v1/rpc via a gateway, 32 clients: p50 added over the upstream vs bare stream",
+		workmesh: source{"BenchmarkRPCVsDirectUpstream/clients=32", "remote-added-p50-µs"},
+		baseline: source{"BenchmarkRPCVsDirectUpstream/clients=32", "bare-p50-µs"},
+		ratio:    source{"BenchmarkRPCVsDirectUpstream/clients=32", "ratio"},
+		unit:     "µs", goal: "<= bare + 300 µs", met: addedAtMost(300),
+	},
+	{
+		name:     "JSON-RPC /v1/rpc via a gateway, 32 clients, local-concurrency 4: p50 added vs bare stream",
+		workmesh: source{"BenchmarkRPCVsDirectUpstream/clients=32/local-concurrency=4", "remote-added-p50-µs"},
+		baseline: source{"BenchmarkRPCVsDirectUpstream/clients=32/local-concurrency=4", "bare-p50-µs"},
+		ratio:    source{"BenchmarkRPCVsDirectUpstream/clients=32/local-concurrency=4", "ratio"},
+		unit:     "µs", goal: "(reported)",
+	},
+	{
+		name:     "JSON-RPC /v1/rpc via a gateway, 1 client: p99 vs the upstream directly",
+		workmesh: source{"BenchmarkRPCVsDirectUpstream/clients=1", "remote-p99-µs"},
+		baseline: source{"BenchmarkRPCVsDirectUpstream/clients=1", "direct-p99-µs"},
+		unit:     "µs", goal: "(reported)",
+	},
+	{
+		name:     "JSON-RPC /v1/rpc via a gateway, 32 clients: p99 vs the upstream directly",
+		workmesh: source{"BenchmarkRPCVsDirectUpstream/clients=32", "remote-p99-µs"},
+		baseline: source{"BenchmarkRPCVsDirectUpstream/clients=32", "direct-p99-µs"},
+		unit:     "µs", goal: "(reported)",
+	},
+	{
+		name:     "JSON-RPC /v1/rpc in the node serving it, 1 client: p50 vs the upstream directly",
+		workmesh: source{"BenchmarkRPCVsDirectUpstream/clients=1", "node-p50-µs"},
+		baseline: source{"BenchmarkRPCVsDirectUpstream/clients=1", "direct-p50-µs"},
+		unit:     "µs", goal: "(reported)",
+	},
+	{
+		name:     "JSON-RPC /v1/rpc in the node serving it, 32 clients: p50 vs the upstream directly",
+		workmesh: source{"BenchmarkRPCVsDirectUpstream/clients=32", "node-p50-µs"},
+		baseline: source{"BenchmarkRPCVsDirectUpstream/clients=32", "direct-p50-µs"},
+		unit:     "µs", goal: "(reported)",
+	},
+	{
+		name:     "JSON-RPC /v1/rpc via a gateway, 512 KiB eth_getLogs answer: p50 vs the upstream directly",
+		workmesh: source{"BenchmarkRPCVsDirectUpstream/clients=1/result=512KiB", "remote-p50-µs"},
+		baseline: source{"BenchmarkRPCVsDirectUpstream/clients=1/result=512KiB", "direct-p50-µs"},
+		unit:     "µs", goal: "(reported)",
+	},
+	{
+		name:     "JSON-RPC /v1/rpc in the node serving it, 512 KiB eth_getLogs answer: p50 vs the upstream directly",
+		workmesh: source{"BenchmarkRPCVsDirectUpstream/clients=1/result=512KiB", "node-p50-µs"},
+		baseline: source{"BenchmarkRPCVsDirectUpstream/clients=1/result=512KiB", "direct-p50-µs"},
+		unit:     "µs", goal: "(reported)",
 	},
 	{name: "scaling: requests/s at %d nodes, 20 dispatching (mocknet)", perSize: "req/s", unit: "req/s", goal: "(reported)"},
 	{name: "scaling: p99 at %d nodes, 20 dispatching (mocknet)", perSize: "p99-ms", unit: "ms", goal: "(reported)"},

@@ -6,8 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
+	"strconv"
 	"sync"
 
 	"github.com/sirupsen/logrus"
@@ -83,7 +83,7 @@ func (h *RPC) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			Code: jsonrpc.RPCInvalidRequest, Message: fmt.Sprintf("%s %s: want POST with a JSON-RPC 2.0 request", r.Method, r.URL.Path)}))
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.cfg.maxBody))
+	body, err := readBody(w, r, h.cfg.maxBody)
 	if err != nil {
 		if mbe, ok := errors.AsType[*http.MaxBytesError](err); ok {
 			h.write(w, http.StatusRequestEntityTooLarge, errorResponse(nullID, &jsonrpc.RPCError{
@@ -94,7 +94,7 @@ func (h *RPC) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	body = bytes.TrimSpace(body)
-	if !json.Valid(body) {
+	if !jsonrpc.Valid(body) {
 		h.write(w, http.StatusOK, errorResponse(nullID, &jsonrpc.RPCError{Code: jsonrpc.RPCParseError, Message: "parse error: the body is not valid JSON"}))
 		return
 	}
@@ -104,7 +104,7 @@ func (h *RPC) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			w.WriteHeader(http.StatusNoContent) // a notification
 			return
 		}
-		h.write(w, http.StatusOK, resp)
+		h.writeOne(w, resp)
 		return
 	}
 	var raws []json.RawMessage
@@ -164,7 +164,10 @@ func (h *RPC) serveOne(ctx context.Context, raw json.RawMessage) (jsonrpc.Respon
 		}
 		return errorResponse(id, perr), true
 	}
-	payload, err := json.Marshal(c)
+	// The request goes on as workmesh read it, re-encoded: what the worker
+	// and its upstream see is what the checks and BlockOf here saw (a
+	// duplicate key, say, cannot name one method here and another there).
+	payload, err := jsonrpc.EncodeCall(c)
 	if err != nil {
 		return errorResponse(c.ID, &jsonrpc.RPCError{Code: jsonrpc.RPCInternalError, Message: "encode the request: " + err.Error()}), !c.Notification()
 	}
@@ -183,8 +186,8 @@ func (h *RPC) serveOne(ctx context.Context, raw json.RawMessage) (jsonrpc.Respon
 func answerOf(id json.RawMessage, res dispatch.WorkResult) jsonrpc.Response {
 	switch res.Status {
 	case apiv1.StatusOK:
-		var up jsonrpc.Response
-		if err := json.Unmarshal(res.Output, &up); err != nil || (up.Result == nil && up.Error == nil) {
+		up, err := jsonrpc.DecodeResponse(res.Output)
+		if err != nil || (up.Result == nil && up.Error == nil) {
 			return errorResponse(id, workmeshError(res, fmt.Sprintf("worker %s answered without a JSON-RPC response", res.Worker)))
 		}
 		if up.Error != nil {
@@ -246,6 +249,53 @@ func workmeshErrorCode(res dispatch.WorkResult, code int, msg string) *jsonrpc.R
 
 func errorResponse(id json.RawMessage, e *jsonrpc.RPCError) jsonrpc.Response {
 	return jsonrpc.Response{JSONRPC: "2.0", ID: id, Error: e}
+}
+
+// readBody reads the request body, at most limit bytes, into a buffer
+// sized from its Content-Length (up to bodyPresize: a length is only a
+// claim until the bytes arrive).
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	size := int64(512)
+	if n := r.ContentLength; n > 0 {
+		size = min(n, limit, bodyPresize) + 1
+	}
+	buf := bytes.NewBuffer(make([]byte, 0, size+bytes.MinRead))
+	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, limit))
+	return buf.Bytes(), err
+}
+
+// bodyPresize bounds the buffer readBody makes before the body arrives.
+const bodyPresize = 64 << 10
+
+// writeOne answers with one response: a success is written without
+// encoding/json's reflection, with its length, byte for byte as write
+// would.
+func (h *RPC) writeOne(w http.ResponseWriter, resp jsonrpc.Response) {
+	if resp.Error == nil && resp.JSONRPC == "2.0" {
+		if head, ok := jsonrpc.ResultHead(resp.ID, resp.Result); ok {
+			// The result goes out as the worker sent it, not copied.
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Content-Length", strconv.Itoa(len(head)+len(resp.Result)+len(jsonrpc.ResultTail)))
+			w.WriteHeader(http.StatusOK)
+			for _, part := range [][]byte{head, resp.Result, []byte(jsonrpc.ResultTail)} {
+				if _, err := w.Write(part); err != nil {
+					h.cfg.log.Debugf("JSON-RPC endpoint: write response: %v", err)
+					return
+				}
+			}
+			return
+		}
+		if b, ok := jsonrpc.AppendResult(make([]byte, 0, 40+len(resp.ID)+len(resp.Result)), resp.ID, resp.Result); ok {
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+			w.WriteHeader(http.StatusOK)
+			if _, err := w.Write(b); err != nil {
+				h.cfg.log.Debugf("JSON-RPC endpoint: write response: %v", err)
+			}
+			return
+		}
+	}
+	h.write(w, http.StatusOK, resp)
 }
 
 // write answers with a JSON-RPC 2.0 body (a response, an error response or

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -57,13 +58,16 @@ func (j *Relay) Traits() workers.Traits { return Traits }
 // (eth_blockNumber) and reports it (HeadReporter), which the node
 // advertises so the beyond-head rule and head-lag rating apply.
 type Relay struct {
-	cfg      config.JSONRPCConfig
-	endpoint string // the upstream URL
-	shown    string // the upstream as named in messages: scheme and host only
-	client   *http.Client
-	log      logrus.FieldLogger
-	opts     options
-	chainID  uint64
+	cfg    config.JSONRPCConfig
+	url    *url.URL // the upstream
+	shown  string   // the upstream as named in messages: scheme and host only
+	client *http.Client
+	// plain, when set, carries the requests to a plain-HTTP upstream
+	// instead of client (see plainConns).
+	plain   *plainConns
+	log     logrus.FieldLogger
+	opts    options
+	chainID uint64
 
 	head    atomic.Uint64
 	hasHead atomic.Bool
@@ -193,18 +197,20 @@ func New(ctx context.Context, cfg config.JSONRPCConfig, log logrus.FieldLogger, 
 	if cfg.HeadInterval <= 0 {
 		return nil, fmt.Errorf("jsonrpc: jsonrpc-head-interval %s: want more than 0", cfg.HeadInterval)
 	}
+	u.Host = strings.TrimSuffix(u.Host, ":") // an empty port, as http.NewRequest drops it
 	j := &Relay{
-		cfg:      cfg,
-		endpoint: cfg.Upstream,
-		shown:    u.Scheme + "://" + u.Host,
-		log:      log.WithField("upstream", u.Scheme+"://"+u.Host),
-		opts:     o,
-		client:   o.client,
+		cfg:    cfg,
+		url:    u,
+		shown:  u.Scheme + "://" + u.Host,
+		log:    log.WithField("upstream", u.Scheme+"://"+u.Host),
+		opts:   o,
+		client: o.client,
 	}
 	if j.client == nil {
 		t := http.DefaultTransport.(*http.Transport).Clone()
-		t.MaxIdleConnsPerHost = 64 // a relay sends many requests to one host
+		t.MaxIdleConnsPerHost = maxIdleConns
 		j.client = &http.Client{Transport: t}
+		j.plain = newPlainConns(u)
 	}
 
 	want, haveWant := uint64(0), cfg.ChainID != ""
@@ -216,12 +222,12 @@ func New(ctx context.Context, cfg config.JSONRPCConfig, log logrus.FieldLogger, 
 	got, err := j.quantity(ctx, "eth_chainId")
 	switch {
 	case err != nil && haveWant:
-		j.client.CloseIdleConnections()
+		j.closeConns()
 		return nil, fmt.Errorf("jsonrpc: check the chain ID of upstream %s: %w", j.shown, err)
 	case err != nil:
 		j.log.WithError(err).Warn("jsonrpc: could not read the upstream's chain ID (jsonrpc-chain-id is not set, so serving anyway)")
 	case haveWant && got != want:
-		j.client.CloseIdleConnections()
+		j.closeConns()
 		return nil, fmt.Errorf("jsonrpc: upstream %s reports chain ID %d (%#x), jsonrpc-chain-id is %d: refusing to serve another chain: %w",
 			j.shown, got, got, want, ErrChainIDMismatch)
 	default:
@@ -307,7 +313,15 @@ func (j *Relay) Close() {
 	}
 	j.mu.Unlock()
 	j.runs.Wait()
+	j.closeConns()
+}
+
+// closeConns closes the idle connections to the upstream.
+func (j *Relay) closeConns() {
 	j.client.CloseIdleConnections()
+	if j.plain != nil {
+		j.plain.close()
+	}
 }
 
 // pollHead reads the head once and records it.
@@ -378,20 +392,48 @@ func (j *Relay) quantity(ctx context.Context, method string) (uint64, error) {
 // errResponseTooLarge marks an upstream response over the bound.
 var errResponseTooLarge = errors.New("upstream response too large")
 
+// postHeader is the header of every upstream request. Requests share it:
+// neither the client nor its transport writes to a request's header (a
+// redirect or credentials in the URL make a copy first; a cookie jar
+// does write, so a client with one gets a copy).
+var postHeader = http.Header{"Content-Type": {"application/json"}, "Accept": {"application/json"}}
+
 // post sends body to the upstream and reads the answer, bounded.
 func (j *Relay) post(ctx context.Context, body []byte) (int, []byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, j.endpoint, bytes.NewReader(body))
+	// The upstream URL was parsed once, in New; each request has its own
+	// copy, as the client may rewrite a request's URL.
+	u := *j.url
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "", bytes.NewReader(body))
 	if err != nil {
 		return 0, nil, fmt.Errorf("upstream %s: %v", j.shown, err)
 	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json")
+	req.URL, req.Host, req.Header = &u, u.Host, postHeader
+	if j.client.Jar != nil { // a client of WithClient's adds its cookies to the header
+		req.Header = postHeader.Clone()
+	}
+	if j.plain != nil {
+		status, data, more, redirect, err := j.plain.do(ctx, req, j.opts.maxResponse)
+		switch {
+		case err != nil:
+			return 0, nil, fmt.Errorf("upstream %s: %w", j.shown, err)
+		case more:
+			return 0, nil, fmt.Errorf("upstream %s: response larger than %d bytes: %w", j.shown, j.opts.maxResponse, errResponseTooLarge)
+		case !redirect:
+			return status, data, nil
+		}
+		// A redirect is followed as net/http's client follows it.
+		u := *j.url
+		if req, err = http.NewRequestWithContext(ctx, http.MethodPost, "", bytes.NewReader(body)); err != nil {
+			return 0, nil, fmt.Errorf("upstream %s: %v", j.shown, err)
+		}
+		req.URL, req.Host, req.Header = &u, u.Host, postHeader
+	}
 	resp, err := j.client.Do(req)
 	if err != nil {
 		return 0, nil, fmt.Errorf("upstream %s: %w", j.shown, httpwork.UnwrapURLError(err))
 	}
 	defer resp.Body.Close()
-	data, more, err := httpwork.ReadAtMost(resp.Body, j.opts.maxResponse)
+	data, more, err := readAtMost(resp, j.opts.maxResponse)
 	if err != nil {
 		return 0, nil, fmt.Errorf("upstream %s: read the response: %w", j.shown, err)
 	}
@@ -399,6 +441,25 @@ func (j *Relay) post(ctx context.Context, body []byte) (int, []byte, error) {
 		return 0, nil, fmt.Errorf("upstream %s: response larger than %d bytes: %w", j.shown, j.opts.maxResponse, errResponseTooLarge)
 	}
 	return resp.StatusCode, data, nil
+}
+
+// readAtMost reads resp's body, up to n bytes; more reports a body longer
+// than n. A body of known length is read into one buffer of that size
+// (up to n), not grown step by step.
+func readAtMost(resp *http.Response, n int) (data []byte, more bool, err error) {
+	if resp.ContentLength < 0 || resp.ContentLength > int64(n) {
+		return httpwork.ReadAtMost(resp.Body, n)
+	}
+	// One byte over: a body longer than announced is read to the bound
+	// and found too large, as one of unknown length is.
+	buf := bytes.NewBuffer(make([]byte, 0, int(resp.ContentLength)+bytes.MinRead))
+	if _, err := buf.ReadFrom(io.LimitReader(resp.Body, int64(n)+1)); err != nil {
+		return nil, false, err
+	}
+	if buf.Len() > n {
+		return buf.Bytes()[:n], true, nil
+	}
+	return buf.Bytes(), false, nil
 }
 
 // Do relays the payload, one JSON-RPC 2.0 request or a batch, to the
@@ -465,7 +526,7 @@ func allNotifications(calls []Call) bool {
 // batch of them.
 func (j *Relay) parsePayload(payload []byte) ([]Call, bool, *RPCError) {
 	p := bytes.TrimSpace(payload)
-	if !json.Valid(p) {
+	if !validJSON(p) {
 		return nil, false, &RPCError{Code: RPCParseError, Message: "parse error: the payload is not valid JSON"}
 	}
 	if p[0] != '[' {
@@ -499,8 +560,8 @@ func (j *Relay) parsePayload(payload []byte) ([]Call, bool, *RPCError) {
 
 // classifyOne classifies the upstream's answer to a single request.
 func (j *Relay) classifyOne(c Call, status int, data []byte) workers.Result {
-	var resp Response
-	if err := json.Unmarshal(data, &resp); err != nil || (resp.Result == nil && resp.Error == nil) {
+	resp, err := DecodeResponse(data)
+	if err != nil || (resp.Result == nil && resp.Error == nil) {
 		return j.notJSONRPC(status, data)
 	}
 	if resp.Error != nil {
@@ -509,7 +570,7 @@ func (j *Relay) classifyOne(c Call, status int, data []byte) workers.Result {
 	if status/100 != 2 {
 		return j.notJSONRPC(status, data)
 	}
-	if !bytes.Equal(compactJSON(resp.ID), compactJSON(c.ID)) {
+	if !sameID(resp.ID, c.ID) {
 		return workers.Fail(workers.RetryableError, "jsonrpc: upstream %s answered id %s to a request with id %s",
 			j.shown, workers.Truncate(string(resp.ID), 64), workers.Truncate(string(c.ID), 64))
 	}

@@ -100,14 +100,17 @@ type Response struct {
 }
 
 // ParseCall decodes and checks one request object. The id is returned
-// whenever it could be read, so an error answer can carry it.
+// whenever it could be read, so an error answer can carry it. The call's
+// ID and Params may share raw's bytes.
 func ParseCall(raw json.RawMessage) (Call, *RPCError) {
 	var c Call
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || raw[0] != '{' {
 		return c, &RPCError{Code: RPCInvalidRequest, Message: "invalid request: want a JSON object"}
 	}
-	if err := json.Unmarshal(raw, &c); err != nil {
+	if fast, ok := parseCallFast(raw); ok {
+		c = fast
+	} else if err := json.Unmarshal(raw, &c); err != nil {
 		// Keep the id if it alone can be read.
 		var idOnly struct {
 			ID json.RawMessage `json:"id"`
@@ -319,6 +322,12 @@ func hexQuantity(s string) (uint64, bool) {
 func blockAddressed(method string) bool {
 	_, ok := blockParam[method]
 	return ok
+}
+
+// sameID reports whether two ids are the same JSON value up to
+// insignificant space (an upstream may space its answer's id otherwise).
+func sameID(a, b json.RawMessage) bool {
+	return bytes.Equal(a, b) || bytes.Equal(compactJSON(a), compactJSON(b))
 }
 
 // compactJSON returns v without insignificant space, for comparing ids.

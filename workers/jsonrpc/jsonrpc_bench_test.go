@@ -1,0 +1,63 @@
+package jsonrpc
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/workmesh/workmesh/config"
+	"github.com/workmesh/workmesh/workers"
+	"github.com/workmesh/workmesh/workers/workertest"
+)
+
+// answerInMemory is an http.RoundTripper that answers every JSON-RPC
+// request at once with result "0x64", so a benchmark sees the relay's own
+// cost and not the network's.
+type answerInMemory struct{}
+
+func (answerInMemory) RoundTrip(r *http.Request) (*http.Response, error) {
+	body, err := io.ReadAll(r.Body)
+	r.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	var c Call
+	if err := json.Unmarshal(body, &c); err != nil {
+		return nil, err
+	}
+	out := []byte(`{"jsonrpc":"2.0","id":` + string(c.ID) + `,"result":"0x64"}`)
+	return &http.Response{
+		StatusCode: http.StatusOK, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header:        http.Header{"Content-Type": {"application/json"}},
+		Body:          io.NopCloser(bytes.NewReader(out)),
+		ContentLength: int64(len(out)), Request: r,
+	}, nil
+}
+
+// BenchmarkRelayDo is the jsonrpc type's own cost for one request (parse,
+// request, read, classify), its upstream answering in memory.
+func BenchmarkRelayDo(b *testing.B) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	j, err := New(ctx, config.JSONRPCConfig{Upstream: "http://127.0.0.1:1/rpc", HeadInterval: time.Hour},
+		workertest.QuietLogger(), WithClient(&http.Client{Transport: answerInMemory{}}))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer j.Close()
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		i++
+		id := strconv.Itoa(i)
+		res := j.Do(ctx, []byte(`{"jsonrpc":"2.0","id":`+id+`,"method":"eth_blockNumber","params":[]}`))
+		if res.Outcome != workers.Success || string(res.Output) != `{"jsonrpc":"2.0","id":`+id+`,"result":"0x64"}` {
+			b.Fatalf("result %+v", res)
+		}
+	}
+}

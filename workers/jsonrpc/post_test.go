@@ -1,0 +1,162 @@
+package jsonrpc
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/workmesh/workmesh/config"
+	"github.com/workmesh/workmesh/workers"
+	"github.com/workmesh/workmesh/workers/workertest"
+)
+
+// upstreamRequest is what an upstream saw of one request.
+type upstreamRequest struct {
+	method, uri, host, contentType, accept, auth, body string
+}
+
+// recordingUpstream answers every request with result "0x1" (and the
+// chain ID and head polls alike), recording what it saw; its answers to
+// "sized" come with size bytes of result, their length announced
+// (chunked false) or not.
+func recordingUpstream(t *testing.T) (*httptest.Server, func() []upstreamRequest, func(size int, chunked bool)) {
+	t.Helper()
+	var (
+		mu      sync.Mutex
+		seen    []upstreamRequest
+		size    int
+		chunked bool
+	)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		seen = append(seen, upstreamRequest{r.Method, r.RequestURI, r.Host, r.Header.Get("Content-Type"), r.Header.Get("Accept"), r.Header.Get("Authorization"), string(body)})
+		n, chunk := size, chunked
+		mu.Unlock()
+		c, perr := ParseCall(body)
+		if perr != nil {
+			http.Error(w, perr.Message, http.StatusBadRequest)
+			return
+		}
+		if c.Method != "sized" {
+			fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"result":"0x1"}`, c.ID)
+			return
+		}
+		out := fmt.Sprintf(`{"jsonrpc":"2.0","id":%s,"result":"%s"}`, c.ID, strings.Repeat("a", n))
+		if chunk {
+			// Flushed in two parts: no Content-Length, a chunked body.
+			io.WriteString(w, out[:len(out)/2])
+			w.(http.Flusher).Flush()
+			io.WriteString(w, out[len(out)/2:])
+			return
+		}
+		w.Header().Set("Content-Length", fmt.Sprint(len(out)))
+		io.WriteString(w, out)
+	}))
+	t.Cleanup(srv.Close)
+	get := func() []upstreamRequest {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]upstreamRequest(nil), seen...)
+	}
+	set := func(n int, c bool) {
+		mu.Lock()
+		size, chunked = n, c
+		mu.Unlock()
+	}
+	return srv, get, set
+}
+
+// Each request reaches the upstream as configured: POST to the URL's path
+// and query, its credentials as basic auth, JSON content type and accept,
+// the payload as the body; one after the other over the same URL, from
+// several goroutines at once (they share the request header). Both ways
+// to the upstream: the relay's own connections (no credentials) and
+// net/http's client (credentials in the URL).
+func TestRelay_UpstreamRequest(t *testing.T) {
+	for _, c := range []struct{ name, userinfo, auth string }{
+		{"own connections", "", ""},
+		{"net/http", "user:pw@", "Basic dXNlcjpwdw=="},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			srv, seen, _ := recordingUpstream(t)
+			host := strings.TrimPrefix(srv.URL, "http://")
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			j, err := New(ctx, config.JSONRPCConfig{Upstream: "http://" + c.userinfo + host + "/v3/key?tier=1", HeadInterval: time.Hour}, workertest.QuietLogger())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer j.Close()
+			if own := j.plain != nil; own != (c.userinfo == "") {
+				t.Fatalf("own connections %v, want them only without credentials", own)
+			}
+			var wg sync.WaitGroup
+			for i := range 8 {
+				wg.Go(func() {
+					payload := fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"eth_getBalance","params":["0xab","latest"]}`, i)
+					if r := j.Do(ctx, []byte(payload)); r.Outcome != workers.Success || string(r.Output) != fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"result":"0x1"}`, i) {
+						t.Errorf("request %d: %s %s %s", i, r.Outcome, r.Output, r.Error)
+					}
+				})
+			}
+			wg.Wait()
+			reqs := seen()
+			if len(reqs) != 2+8 { // the chain ID, the head, the 8 requests
+				t.Fatalf("upstream saw %d requests, want 10: %+v", len(reqs), reqs)
+			}
+			bodies := map[string]bool{}
+			for _, r := range reqs {
+				want := upstreamRequest{http.MethodPost, "/v3/key?tier=1", host, "application/json", "application/json", c.auth, r.body}
+				if r != want {
+					t.Errorf("upstream saw %+v, want %+v", r, want)
+				}
+				bodies[r.body] = true
+			}
+			for i := range 8 {
+				if b := fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"eth_getBalance","params":["0xab","latest"]}`, i); !bodies[b] {
+					t.Errorf("the upstream never saw %s", b)
+				}
+			}
+		})
+	}
+}
+
+// The response bound holds whether the upstream announces the length or
+// not: a response of the bound is relayed whole, one byte more is too
+// large (PermanentError), both ways.
+func TestRelay_ResponseBound(t *testing.T) {
+	srv, _, setSize := recordingUpstream(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	const bound = 64 << 10
+	j, err := New(ctx, config.JSONRPCConfig{Upstream: srv.URL, HeadInterval: time.Hour}, workertest.QuietLogger(), WithMaxResponse(bound))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	frame := len(`{"jsonrpc":"2.0","id":1,"result":""}`)
+	for _, chunked := range []bool{false, true} {
+		for _, c := range []struct {
+			size int
+			want workers.Outcome
+		}{{1, workers.Success}, {bound - frame, workers.Success}, {bound - frame + 1, workers.PermanentError}, {4 * bound, workers.PermanentError}} {
+			setSize(c.size, chunked)
+			r := j.Do(ctx, []byte(`{"jsonrpc":"2.0","id":1,"method":"sized","params":[]}`))
+			switch {
+			case r.Outcome != c.want:
+				t.Errorf("chunked %v, %d bytes: outcome %s (%s), want %s", chunked, c.size+frame, r.Outcome, r.Error, c.want)
+			case c.want == workers.Success && len(r.Output) != c.size+frame:
+				t.Errorf("chunked %v: %d bytes relayed of %d", chunked, len(r.Output), c.size+frame)
+			case c.want != workers.Success && !strings.Contains(r.Error, "larger than 65536 bytes"):
+				t.Errorf("chunked %v, %d bytes: error %q, want it to name the bound", chunked, c.size+frame, r.Error)
+			}
+		}
+	}
+}

@@ -5,8 +5,7 @@
 // Every request passes through it on the hot path, so it decodes, checks
 // and encodes JSON-RPC without encoding/json's reflection where the input
 // is plain (decode.go, encode.go, valid.go: each tested and fuzzed against
-// encoding/json's answer), and calls a plain-HTTP upstream on connections
-// of its own (conns.go).
+// encoding/json's answer). The upstream is called with Go's HTTP client.
 //
 // It imports config, the workers vocabulary and httpwork's fetch helpers;
 // no libp2p.

@@ -58,13 +58,10 @@ func (j *Relay) Traits() workers.Traits { return Traits }
 // (eth_blockNumber) and reports it (HeadReporter), which the node
 // advertises so the beyond-head rule and head-lag rating apply.
 type Relay struct {
-	cfg    config.JSONRPCConfig
-	url    *url.URL // the upstream
-	shown  string   // the upstream as named in messages: scheme and host only
-	client *http.Client
-	// plain, when set, carries the requests to a plain-HTTP upstream
-	// instead of client (see plainConns).
-	plain   *plainConns
+	cfg     config.JSONRPCConfig
+	url     *url.URL // the upstream
+	shown   string   // the upstream as named in messages: scheme and host only
+	client  *http.Client
 	log     logrus.FieldLogger
 	opts    options
 	chainID uint64
@@ -208,9 +205,8 @@ func New(ctx context.Context, cfg config.JSONRPCConfig, log logrus.FieldLogger, 
 	}
 	if j.client == nil {
 		t := http.DefaultTransport.(*http.Transport).Clone()
-		t.MaxIdleConnsPerHost = maxIdleConns
+		t.MaxIdleConnsPerHost = 64 // a relay sends many requests to one host
 		j.client = &http.Client{Transport: t}
-		j.plain = newPlainConns(u)
 	}
 
 	want, haveWant := uint64(0), cfg.ChainID != ""
@@ -222,12 +218,12 @@ func New(ctx context.Context, cfg config.JSONRPCConfig, log logrus.FieldLogger, 
 	got, err := j.quantity(ctx, "eth_chainId")
 	switch {
 	case err != nil && haveWant:
-		j.closeConns()
+		j.client.CloseIdleConnections()
 		return nil, fmt.Errorf("jsonrpc: check the chain ID of upstream %s: %w", j.shown, err)
 	case err != nil:
 		j.log.WithError(err).Warn("jsonrpc: could not read the upstream's chain ID (jsonrpc-chain-id is not set, so serving anyway)")
 	case haveWant && got != want:
-		j.closeConns()
+		j.client.CloseIdleConnections()
 		return nil, fmt.Errorf("jsonrpc: upstream %s reports chain ID %d (%#x), jsonrpc-chain-id is %d: refusing to serve another chain: %w",
 			j.shown, got, got, want, ErrChainIDMismatch)
 	default:
@@ -313,15 +309,7 @@ func (j *Relay) Close() {
 	}
 	j.mu.Unlock()
 	j.runs.Wait()
-	j.closeConns()
-}
-
-// closeConns closes the idle connections to the upstream.
-func (j *Relay) closeConns() {
 	j.client.CloseIdleConnections()
-	if j.plain != nil {
-		j.plain.close()
-	}
 }
 
 // pollHead reads the head once and records it.
@@ -410,23 +398,6 @@ func (j *Relay) post(ctx context.Context, body []byte) (int, []byte, error) {
 	req.URL, req.Host, req.Header = &u, u.Host, postHeader
 	if j.client.Jar != nil { // a client of WithClient's adds its cookies to the header
 		req.Header = postHeader.Clone()
-	}
-	if j.plain != nil {
-		status, data, more, redirect, err := j.plain.do(ctx, req, j.opts.maxResponse)
-		switch {
-		case err != nil:
-			return 0, nil, fmt.Errorf("upstream %s: %w", j.shown, err)
-		case more:
-			return 0, nil, fmt.Errorf("upstream %s: response larger than %d bytes: %w", j.shown, j.opts.maxResponse, errResponseTooLarge)
-		case !redirect:
-			return status, data, nil
-		}
-		// A redirect is followed as net/http's client follows it.
-		u := *j.url
-		if req, err = http.NewRequestWithContext(ctx, http.MethodPost, "", bytes.NewReader(body)); err != nil {
-			return 0, nil, fmt.Errorf("upstream %s: %v", j.shown, err)
-		}
-		req.URL, req.Host, req.Header = &u, u.Host, postHeader
 	}
 	resp, err := j.client.Do(req)
 	if err != nil {

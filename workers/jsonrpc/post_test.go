@@ -76,55 +76,43 @@ func recordingUpstream(t *testing.T) (*httptest.Server, func() []upstreamRequest
 // Each request reaches the upstream as configured: POST to the URL's path
 // and query, its credentials as basic auth, JSON content type and accept,
 // the payload as the body; one after the other over the same URL, from
-// several goroutines at once (they share the request header). Both ways
-// to the upstream: the relay's own connections (no credentials) and
-// net/http's client (credentials in the URL).
+// several goroutines at once (they share the request header).
 func TestRelay_UpstreamRequest(t *testing.T) {
-	for _, c := range []struct{ name, userinfo, auth string }{
-		{"own connections", "", ""},
-		{"net/http", "user:pw@", "Basic dXNlcjpwdw=="},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			srv, seen, _ := recordingUpstream(t)
-			host := strings.TrimPrefix(srv.URL, "http://")
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			j, err := New(ctx, config.JSONRPCConfig{Upstream: "http://" + c.userinfo + host + "/v3/key?tier=1", HeadInterval: time.Hour}, workertest.QuietLogger())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer j.Close()
-			if own := j.plain != nil; own != (c.userinfo == "") {
-				t.Fatalf("own connections %v, want them only without credentials", own)
-			}
-			var wg sync.WaitGroup
-			for i := range 8 {
-				wg.Go(func() {
-					payload := fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"eth_getBalance","params":["0xab","latest"]}`, i)
-					if r := j.Do(ctx, []byte(payload)); r.Outcome != workers.Success || string(r.Output) != fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"result":"0x1"}`, i) {
-						t.Errorf("request %d: %s %s %s", i, r.Outcome, r.Output, r.Error)
-					}
-				})
-			}
-			wg.Wait()
-			reqs := seen()
-			if len(reqs) != 2+8 { // the chain ID, the head, the 8 requests
-				t.Fatalf("upstream saw %d requests, want 10: %+v", len(reqs), reqs)
-			}
-			bodies := map[string]bool{}
-			for _, r := range reqs {
-				want := upstreamRequest{http.MethodPost, "/v3/key?tier=1", host, "application/json", "application/json", c.auth, r.body}
-				if r != want {
-					t.Errorf("upstream saw %+v, want %+v", r, want)
-				}
-				bodies[r.body] = true
-			}
-			for i := range 8 {
-				if b := fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"eth_getBalance","params":["0xab","latest"]}`, i); !bodies[b] {
-					t.Errorf("the upstream never saw %s", b)
-				}
+	srv, seen, _ := recordingUpstream(t)
+	host := strings.TrimPrefix(srv.URL, "http://")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	j, err := New(ctx, config.JSONRPCConfig{Upstream: "http://user:pw@" + host + "/v3/key?tier=1", HeadInterval: time.Hour}, workertest.QuietLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() {
+			payload := fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"eth_getBalance","params":["0xab","latest"]}`, i)
+			if r := j.Do(ctx, []byte(payload)); r.Outcome != workers.Success || string(r.Output) != fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"result":"0x1"}`, i) {
+				t.Errorf("request %d: %s %s %s", i, r.Outcome, r.Output, r.Error)
 			}
 		})
+	}
+	wg.Wait()
+	reqs := seen()
+	if len(reqs) != 2+8 { // the chain ID, the head, the 8 requests
+		t.Fatalf("upstream saw %d requests, want 10: %+v", len(reqs), reqs)
+	}
+	bodies := map[string]bool{}
+	for _, r := range reqs {
+		want := upstreamRequest{http.MethodPost, "/v3/key?tier=1", host, "application/json", "application/json", "Basic dXNlcjpwdw==", r.body}
+		if r != want {
+			t.Errorf("upstream saw %+v, want %+v", r, want)
+		}
+		bodies[r.body] = true
+	}
+	for i := range 8 {
+		if b := fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"eth_getBalance","params":["0xab","latest"]}`, i); !bodies[b] {
+			t.Errorf("the upstream never saw %s", b)
+		}
 	}
 }
 

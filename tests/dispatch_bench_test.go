@@ -18,14 +18,32 @@ const bareEchoProtocol = "/workmesh-bench/echo/1.0.0"
 // selection plan, work protocol; no HTTP) with a bare libp2p stream echo of
 // the same payload. The two alternate so that load on a shared machine hits
 // both alike. Goal: dispatch median at most 1.25x the bare median.
+//
+// A third echo, bare too, runs on one long-lived stream of its own
+// (bareStreamEchoProtocol), the cost a request pays when it neither opens
+// a stream nor negotiates a protocol: long-median-us, and ratio-long
+// (dispatch over it). Goal: ratio-long at most 1.3.
 func BenchmarkDispatchEchoVsBareStream(b *testing.B) {
 	hits := newHitCounter()
 	gw := startMember(b, hits, memberSpec{name: "gateway"}, nil)
 	w := startMember(b, hits, memberSpec{name: "worker", handlers: map[string]workers.Handler{"echo": echoHandler()}}, gw)
 	waitRanked(b, gw, "echo", 1)
 	serveBareEcho(w.node.Host())
+	serveBareStreamEcho(w.node.Host())
 	payload := bytes.Repeat([]byte("x"), 256)
 	ctx := context.Background()
+	bs, err := openBareStream(ctx, gw.node.Host(), w.node.ID())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer bs.close()
+	long := func() time.Duration {
+		start := time.Now()
+		if err := bs.echo(payload); err != nil {
+			b.Fatal(err)
+		}
+		return time.Since(start)
+	}
 	bare := func() time.Duration {
 		start := time.Now()
 		if err := bareEcho(ctx, gw.node.Host(), w.node.ID(), payload); err != nil {
@@ -46,17 +64,22 @@ func BenchmarkDispatchEchoVsBareStream(b *testing.B) {
 	for range 50 { // warm up connections, streams and the rating
 		bare()
 		dispatch()
+		long()
 	}
-	var bareTimes, dispatchTimes []time.Duration
+	var bareTimes, dispatchTimes, longTimes []time.Duration
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
 		bareTimes = append(bareTimes, bare())
 		dispatchTimes = append(dispatchTimes, dispatch())
+		longTimes = append(longTimes, long())
 	}
 	b.StopTimer()
 	mb, md := median(bareTimes), median(dispatchTimes)
 	b.ReportMetric(float64(md.Microseconds()), "dispatch-median-us")
 	b.ReportMetric(float64(mb.Microseconds()), "bare-median-us")
 	b.ReportMetric(float64(md)/float64(mb), "ratio")
+	ml := median(longTimes)
+	b.ReportMetric(float64(ml.Microseconds()), "long-median-us")
+	b.ReportMetric(float64(md)/float64(ml), "ratio-long")
 }

@@ -402,9 +402,9 @@ func (s *Server) execute(c *wstream, req *Request, t *pool.Ticket) workers.Resul
 
 // The states of a watchdog.
 const (
-	watchWatching int32 = iota
-	watchTakenOver      // the work is done: the read's result is the stream's
-	watchEnded          // the read (or the accept frame's write) ended first
+	watchWatching  int32 = iota
+	watchTakenOver       // the work is done: the read's result is the stream's
+	watchEnded           // the read (or the accept frame's write) ended first
 )
 
 // watchdog watches a request's stream while its work runs. It is started

@@ -192,7 +192,7 @@ func (c *Client) call(ctx context.Context, cs *cstream, req *Request, acceptBy t
 	// A cancelled call resets the stream at once: the pending read fails,
 	// and the server sees the reset and cancels the work.
 	stop := context.AfterFunc(ctx, func() { _ = cs.str.Reset() })
-	resp, whole, err := c.exchange(cs, req, acceptBy)
+	resp, whole, err := c.exchange(ctx, cs, req, acceptBy)
 	if !stop() {
 		whole = false // reset by the context
 	}
@@ -241,7 +241,7 @@ func (c *Client) take(p peer.ID) *cstream {
 		cs.inPool = false
 		// A frame that came in while the stream was idle is one nobody
 		// asked for; a closed connection took the stream with it.
-		if len(cs.in) > 0 || cs.str.Conn().IsClosed() {
+		if len(cs.in) > 0 || cs.dead.Load() || cs.str.Conn().IsClosed() {
 			broken = append(broken, cs)
 			continue
 		}
@@ -372,7 +372,7 @@ func (c *Client) lost(cs *cstream) {
 // exchange writes the request and reads the response on cs; a worker
 // that has not accepted the work by acceptBy (if set) is given up. whole
 // says the stream is fit to carry the next request.
-func (c *Client) exchange(cs *cstream, req *Request, acceptBy time.Time) (_ Response, whole bool, _ error) {
+func (c *Client) exchange(ctx context.Context, cs *cstream, req *Request, acceptBy time.Time) (_ Response, whole bool, _ error) {
 	str := cs.str
 	// Neither bound is a stream deadline. The call's deadline is the
 	// context's, and Do resets the stream when it passes. The accept
@@ -402,7 +402,7 @@ func (c *Client) exchange(cs *cstream, req *Request, acceptBy time.Time) (_ Resp
 		if cs.used && !timedOut() {
 			// The server may have closed the stream between requests:
 			// then its FIN is there to read.
-			if f := <-cs.in; f.body == nil && errors.Is(f.err, io.EOF) {
+			if f, ok := recvFrame(ctx, cs); ok && f.body == nil && errors.Is(f.err, io.EOF) {
 				return Response{}, false, errNotTaken
 			}
 		}
@@ -413,7 +413,7 @@ func (c *Client) exchange(cs *cstream, req *Request, acceptBy time.Time) (_ Resp
 	}
 
 	for first := true; ; first = false {
-		f := <-cs.in
+		f, _ := recvFrame(ctx, cs)
 		body, err := f.body, f.err
 		if err != nil {
 			if errors.Is(err, io.EOF) {
@@ -447,6 +447,18 @@ func (c *Client) exchange(cs *cstream, req *Request, acceptBy time.Time) (_ Resp
 			return Response{}, false, fmt.Errorf("response for request %q, want %q: %w", workers.Truncate(resp.ID, 32), req.ID, ErrMalformed)
 		}
 		return resp, !expired, nil
+	}
+}
+
+// recvFrame returns the next frame read on cs. The context's end resets
+// the stream, which ends the reader with an error it hands on; ok is
+// false when the context ended first all the same.
+func recvFrame(ctx context.Context, cs *cstream) (frameIn, bool) {
+	select {
+	case f := <-cs.in:
+		return f, true
+	case <-ctx.Done():
+		return frameIn{err: contextError(ctx)}, false
 	}
 }
 

@@ -326,7 +326,7 @@ func (c *Client) closeIdle() {
 func (c *Client) read(cs *cstream) {
 	limit := frameLimit(c.cfg.maxPayload)
 	for {
-		body, reserved, err := frame.Read(cs.str, limit, cs.str.Scope())
+		body, reserved, err := frame.ReadFast(cs.str, limit, cs.str.Scope())
 		if reserved > 0 {
 			// The output becomes the caller's memory once returned.
 			cs.str.Scope().ReleaseMemory(reserved)

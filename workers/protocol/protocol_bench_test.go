@@ -29,7 +29,7 @@ import (
 const bareEchoID = protocol.ID("/workmesh-bench/bare-echo/1.0.0")
 
 // benchSizes are the payload sizes both echo benchmarks run with.
-var benchSizes = []int{256, 64 << 10}
+var benchSizes = []int{256, 64 << 10, 1 << 20}
 
 // echoFixture is shared by BenchmarkWorkProtocolEcho and
 // BenchmarkBareStreamEcho so that both measure the same two hosts and the

@@ -52,9 +52,21 @@ type cstream struct {
 	// of the stream where a response should begin is the server's
 	// closing between requests. Only the owning call touches it.
 	used bool
+	// acceptState is the current call's accept timeout (see exchange),
+	// acceptTimer the stream's timer for it.
+	acceptState atomic.Int32
+	acceptTimer *time.Timer
 	// inPool and idleSince are guarded by the client's mu.
 	inPool    bool
 	idleSince time.Time
+}
+
+// acceptExpired resets the stream of a call whose worker sent nothing
+// within its accept timeout.
+func (cs *cstream) acceptExpired() {
+	if cs.acceptState.CompareAndSwap(acceptWaiting, acceptExpired) {
+		_ = cs.str.Reset()
+	}
 }
 
 // frameIn is one frame read on a stream, or the error that ended it.
@@ -146,31 +158,23 @@ func (c *Client) Do(ctx context.Context, p peer.ID, req Request) (Response, erro
 		req.Timeout = left
 	}
 
-	// The accept timeout runs from here: opening the stream over a
-	// connection counts too (to a peer that stopped reading, it waits for
-	// stream credit). A dial, which NewStream makes when there is no
-	// connection, is the call's to bound, not the accept timeout's.
-	var acceptBy time.Time
-	sctx := ctx
-	if req.AcceptTimeout > 0 && req.AcceptTimeout < left && c.h.Network().Connectedness(p) == network.Connected {
-		acceptBy = time.Now().Add(req.AcceptTimeout)
-		var cancel context.CancelFunc
-		sctx, cancel = context.WithDeadline(ctx, acceptBy)
-		defer cancel()
-	}
 	for retry := false; ; retry = true {
-		cs, err := c.stream(sctx, p, retry)
-		if err != nil {
-			switch {
-			case ctx.Err() != nil:
-				err = fmt.Errorf("%w (%v)", contextError(ctx), err)
-			case sctx.Err() != nil:
-				err = fmt.Errorf("%w: no stream within %s (%v)", ErrAcceptTimeout, req.AcceptTimeout, err)
-			}
-			return Response{}, fmt.Errorf("work %s for %s: open stream: %w", req.Type, p, err)
+		// The accept timeout runs from here. A stream kept open needs
+		// nothing more; a call that opens one counts the opening too.
+		var cs *cstream
+		var acceptBy time.Time
+		if !retry {
+			cs = c.take(p)
 		}
-		if t := time.Now().Add(req.AcceptTimeout); acceptBy.IsZero() && req.AcceptTimeout > 0 && t.Before(deadline) {
-			acceptBy = t // NewStream dialed: the accept timeout runs from now
+		if cs != nil {
+			if t := time.Now().Add(req.AcceptTimeout); req.AcceptTimeout > 0 && t.Before(deadline) {
+				acceptBy = t
+			}
+		} else {
+			var err error
+			if cs, acceptBy, err = c.open(ctx, p, &req, deadline); err != nil {
+				return Response{}, fmt.Errorf("work %s for %s: %w", req.Type, p, err)
+			}
 		}
 		resp, err := c.call(ctx, cs, &req, acceptBy)
 		if err == nil {
@@ -184,6 +188,37 @@ func (c *Client) Do(ctx context.Context, p peer.ID, req Request) (Response, erro
 		}
 		return Response{}, fmt.Errorf("work %s for %s: %w", req.Type, p, err)
 	}
+}
+
+// open opens a new stream to p for req and says by when the worker must
+// accept it. Opening the stream over a connection counts towards the
+// accept timeout (to a peer that stopped reading, it waits for stream
+// credit). A dial, which NewStream makes when there is no connection, is
+// the call's to bound, not the accept timeout's: then it runs from the
+// open stream.
+func (c *Client) open(ctx context.Context, p peer.ID, req *Request, deadline time.Time) (*cstream, time.Time, error) {
+	var acceptBy time.Time
+	sctx := ctx
+	if t := time.Now().Add(req.AcceptTimeout); req.AcceptTimeout > 0 && t.Before(deadline) && c.h.Network().Connectedness(p) == network.Connected {
+		acceptBy = t
+		var cancel context.CancelFunc
+		sctx, cancel = context.WithDeadline(ctx, acceptBy)
+		defer cancel()
+	}
+	cs, err := c.stream(sctx, p)
+	if err != nil {
+		switch {
+		case ctx.Err() != nil:
+			err = fmt.Errorf("%w (%v)", contextError(ctx), err)
+		case sctx.Err() != nil:
+			err = fmt.Errorf("%w: no stream within %s (%v)", ErrAcceptTimeout, req.AcceptTimeout, err)
+		}
+		return nil, acceptBy, fmt.Errorf("open stream: %w", err)
+	}
+	if t := time.Now().Add(req.AcceptTimeout); acceptBy.IsZero() && req.AcceptTimeout > 0 && t.Before(deadline) {
+		acceptBy = t // NewStream dialed: the accept timeout runs from now
+	}
+	return cs, acceptBy, nil
 }
 
 // call makes one exchange on cs, which it owns, and then gives the stream
@@ -205,14 +240,8 @@ func (c *Client) call(ctx context.Context, cs *cstream, req *Request, acceptBy t
 	return resp, nil
 }
 
-// stream returns an idle stream to p, or a new one when there is none or
-// fresh is set.
-func (c *Client) stream(ctx context.Context, p peer.ID, fresh bool) (*cstream, error) {
-	if !fresh {
-		if cs := c.take(p); cs != nil {
-			return cs, nil
-		}
-	}
+// stream opens a new stream to p and starts its reader.
+func (c *Client) stream(ctx context.Context, p peer.ID) (*cstream, error) {
 	str, err := c.h.NewStream(ctx, p, c.pid)
 	if err != nil {
 		return nil, err
@@ -382,18 +411,25 @@ func (c *Client) exchange(ctx context.Context, cs *cstream, req *Request, accept
 	// deadlines), and costs no deadline to set and lift on each call.
 	// acceptState is waiting until the first frame is in (then in) or the
 	// accept timeout passed first (then expired).
-	var acceptState atomic.Int32
+	acceptState := &cs.acceptState
+	acceptState.Store(acceptWaiting)
 	if !acceptBy.IsZero() {
 		// The write is bounded too: to a peer that died without closing
 		// its connection, writing the request can block (no stream
 		// credit, no acknowledgements) until the whole deadline, which is
-		// what the accept timeout exists to prevent.
-		timer := time.AfterFunc(time.Until(acceptBy), func() {
-			if acceptState.CompareAndSwap(acceptWaiting, acceptExpired) {
-				_ = str.Reset()
+		// what the accept timeout exists to prevent. The timer is the
+		// stream's, set again for each call; one that fired leaves the
+		// stream out of the pool, so that it never fires into the next.
+		if cs.acceptTimer == nil {
+			cs.acceptTimer = time.AfterFunc(time.Until(acceptBy), cs.acceptExpired)
+		} else {
+			cs.acceptTimer.Reset(time.Until(acceptBy))
+		}
+		defer func() {
+			if !cs.acceptTimer.Stop() {
+				whole = false
 			}
-		})
-		defer timer.Stop()
+		}()
 	}
 	// An error after the timer fired is the accept timeout's reset.
 	timedOut := func() bool { return acceptState.Load() == acceptExpired }

@@ -276,6 +276,13 @@ type wstream struct {
 	// keep is set once a response is written on a stream that may carry
 	// the next request.
 	keep bool
+	// grace is the stream's grace timer (execute); when it fires, fire
+	// sends the watchdog it starts for the request in ticket and accept
+	// on fired.
+	grace  *time.Timer
+	fired  chan *watchdog
+	ticket atomic.Pointer[pool.Ticket]
+	accept atomic.Bool
 }
 
 // Read reads the stream, starting with the byte next read.
@@ -384,8 +391,7 @@ func (s *Server) execute(c *wstream, req *Request, t *pool.Ticket) workers.Resul
 	if req.AcceptTimeout > 0 {
 		grace = min(grace, req.AcceptTimeout/4)
 	}
-	w := &watchdog{str: c.str, ticket: t, accept: req.AcceptTimeout > 0, wrote: make(chan struct{}), done: make(chan struct{})}
-	timer := time.AfterFunc(grace, w.run)
+	c.arm(t, req.AcceptTimeout > 0, grace)
 	res, intercepted := workers.Result{}, false
 	if s.cfg.intercept != nil {
 		res, intercepted = s.cfg.intercept.Intercept(s.pool, t)
@@ -393,11 +399,36 @@ func (s *Server) execute(c *wstream, req *Request, t *pool.Ticket) workers.Resul
 	if !intercepted {
 		res = s.pool.RunInline(t)
 	}
-	if !timer.Stop() {
-		w.takeOver() // it fired: its accept frame goes first, its read is the next
+	if !c.grace.Stop() {
+		// It fired: the watchdog's accept frame goes first, its read is
+		// the stream's next.
+		w := <-c.fired
+		w.takeOver()
 		c.watch = w
 	}
 	return res
+}
+
+// arm starts the stream's grace timer for the request whose ticket is t.
+// The timer is the stream's, set again for each request, so work done
+// within the grace period allocates no watchdog.
+func (c *wstream) arm(t *pool.Ticket, accept bool, grace time.Duration) {
+	c.ticket.Store(t)
+	c.accept.Store(accept)
+	if c.grace == nil {
+		c.fired = make(chan *watchdog, 1)
+		c.grace = time.AfterFunc(grace, c.fire)
+		return
+	}
+	c.grace.Reset(grace)
+}
+
+// fire starts the watchdog of the request whose work outlasted its grace
+// period; execute takes it from c.fired.
+func (c *wstream) fire() {
+	w := &watchdog{str: c.str, ticket: c.ticket.Load(), accept: c.accept.Load(), wrote: make(chan struct{}), done: make(chan struct{})}
+	c.fired <- w
+	w.run()
 }
 
 // The states of a watchdog.

@@ -281,13 +281,9 @@ func (c *Client) take(p peer.ID) *cstream {
 	return nil
 }
 
-func (c *Client) setIdle(p peer.ID, list []*cstream) {
-	if len(list) == 0 {
-		delete(c.idle, p)
-		return
-	}
-	c.idle[p] = list
-}
+// setIdle stores p's idle streams. An empty list stays (its array serves
+// the next put) until closeIdle finds it empty.
+func (c *Client) setIdle(p peer.ID, list []*cstream) { c.idle[p] = list }
 
 // put gives a stream whose exchange went well back to the pool, or closes
 // it when the pool is full, the client closed, or its reader ended.
@@ -338,7 +334,11 @@ func (c *Client) closeIdle() {
 			list[i].inPool = false
 			old = append(old, list[i])
 		}
-		c.setIdle(p, slices.Delete(list, 0, i))
+		if list = slices.Delete(list, 0, i); len(list) == 0 {
+			delete(c.idle, p)
+		} else {
+			c.idle[p] = list
+		}
 	}
 	c.sweep = nil
 	if next > 0 && !c.closed {

@@ -154,7 +154,7 @@ func WithInterceptor(i Interceptor) Option {
 	return func(c *settings) error { c.intercept = i; return nil }
 }
 
-// WithObserver sets a function called once for every stream the server
+// WithObserver sets a function called once for every request the server
 // handled, after it ended. It runs on the stream's goroutine: keep it short.
 func WithObserver(observe func(ServedRequest)) Option {
 	return func(c *settings) error { c.observe = observe; return nil }

@@ -20,8 +20,9 @@ import (
 	"github.com/workmesh/workmesh/workers/pool"
 )
 
-// ServedRequest describes one stream the server handled, for metrics and
-// logs (see WithObserver).
+// ServedRequest describes one request the server handled (a stream
+// carries one or more, one after the other), for metrics and logs (see
+// WithObserver).
 type ServedRequest struct {
 	// Peer is the requesting peer.
 	Peer peer.ID
@@ -32,17 +33,19 @@ type ServedRequest struct {
 	// Err says why no response was sent: a malformed or truncated request,
 	// a client that went away, a failed write. Nil when a response was sent.
 	Err error
-	// Duration is the time from the stream's arrival to its end.
+	// Duration is the time from the request's arrival (its stream's, for
+	// the first request of a stream) to its end.
 	Duration time.Duration
 }
 
-// ServerStats counts the streams a server handled.
+// ServerStats counts the requests a server handled.
 type ServerStats struct {
 	// ByOutcome counts responses sent, by outcome.
 	ByOutcome map[workers.Outcome]uint64
-	// Malformed counts streams whose request could not be read or decoded.
+	// Malformed counts requests that could not be read or decoded (each
+	// ends its stream).
 	Malformed uint64
-	// Dropped counts streams ended without a response for any other
+	// Dropped counts requests ended without a response for any other
 	// reason: the client went away or broke the protocol after its
 	// request, the resource manager refused the stream, the response could
 	// not be written, fault injection dropped it (WithInterceptor).
@@ -65,8 +68,9 @@ type Server struct {
 	mu     sync.RWMutex
 	closed bool
 	wg     sync.WaitGroup
-	// serving counts the streams being handled, for Drain; it is never
-	// shut (Close refuses streams itself).
+	// serving counts the requests being handled, for Drain (a stream
+	// waiting for its next request is not); it is never shut (Close
+	// refuses streams itself).
 	serving workers.Gate
 	// draining is set by Drain: responses are held until acknowledged,
 	// at most ackWait.

@@ -9,6 +9,7 @@ import (
 	"github.com/workmesh/workmesh/node/apiv1"
 	"github.com/workmesh/workmesh/workers"
 	"github.com/workmesh/workmesh/workers/dispatch"
+	"github.com/workmesh/workmesh/workers/protocol"
 )
 
 const bareEchoProtocol = "/workmesh-bench/echo/1.0.0"
@@ -22,7 +23,9 @@ const bareEchoProtocol = "/workmesh-bench/echo/1.0.0"
 // A third echo, bare too, runs on one long-lived stream of its own
 // (bareStreamEchoProtocol), the cost a request pays when it neither opens
 // a stream nor negotiates a protocol: long-median-us, and ratio-long
-// (dispatch over it). Goal: ratio-long at most 1.3.
+// (dispatch over it). Goal: ratio-long at most 1.3. A fourth, the work
+// protocol's client called directly on the same hosts (no dispatcher),
+// shows how the difference divides: protocol-median-us.
 func BenchmarkDispatchEchoVsBareStream(b *testing.B) {
 	hits := newHitCounter()
 	gw := startMember(b, hits, memberSpec{name: "gateway"}, nil)
@@ -37,6 +40,20 @@ func BenchmarkDispatchEchoVsBareStream(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer bs.close()
+	pc, err := protocol.NewClient(gw.node.Host(), gw.node.Network())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer pc.Close()
+	direct := func() time.Duration {
+		start := time.Now()
+		resp, err := pc.Do(ctx, w.node.ID(), protocol.Request{ID: "direct", Type: "echo", Payload: payload, Timeout: 5 * time.Second, AcceptTimeout: 500 * time.Millisecond})
+		took := time.Since(start)
+		if err != nil || resp.Outcome != workers.Success || len(resp.Output) != len(payload) {
+			b.Fatalf("protocol echo: %v %v", resp.Outcome, err)
+		}
+		return took
+	}
 	long := func() time.Duration {
 		start := time.Now()
 		if err := bs.echo(payload); err != nil {
@@ -65,14 +82,16 @@ func BenchmarkDispatchEchoVsBareStream(b *testing.B) {
 		bare()
 		dispatch()
 		long()
+		direct()
 	}
-	var bareTimes, dispatchTimes, longTimes []time.Duration
+	var bareTimes, dispatchTimes, longTimes, directTimes []time.Duration
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
 		bareTimes = append(bareTimes, bare())
 		dispatchTimes = append(dispatchTimes, dispatch())
 		longTimes = append(longTimes, long())
+		directTimes = append(directTimes, direct())
 	}
 	b.StopTimer()
 	mb, md := median(bareTimes), median(dispatchTimes)
@@ -82,4 +101,5 @@ func BenchmarkDispatchEchoVsBareStream(b *testing.B) {
 	ml := median(longTimes)
 	b.ReportMetric(float64(ml.Microseconds()), "long-median-us")
 	b.ReportMetric(float64(md)/float64(ml), "ratio-long")
+	b.ReportMetric(float64(median(directTimes).Microseconds()), "protocol-median-us")
 }

@@ -439,3 +439,90 @@ func TestStreams_DrainClosesEachStreamAfterItsResponse(t *testing.T) {
 		t.Errorf("%d streams opened, want 2: one closed by the drain", got)
 	}
 }
+
+// recorder is a handler that counts its runs per payload and answers with
+// the payload, after wait (its context ends it sooner).
+type recorder struct {
+	wait time.Duration
+	mu   sync.Mutex
+	runs map[string]int
+}
+
+func (r *recorder) Do(ctx context.Context, payload []byte) workers.Result {
+	r.mu.Lock()
+	r.runs[string(payload)]++
+	r.mu.Unlock()
+	if r.wait > 0 {
+		t := time.NewTimer(r.wait)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return workers.Fail(workers.RetryableError, "cancelled")
+		}
+	}
+	return workers.OK(payload)
+}
+
+// Many callers on few streams, with fast work, work past the grace period,
+// calls cancelled midway and a server that closes idle streams after a few
+// milliseconds (so that its closing races the callers' next requests):
+// every call gets its own response or an error, and no request runs twice.
+func TestStreams_ConcurrentReuseNeverMixesNorRunsTwice(t *testing.T) {
+	fast := &recorder{runs: map[string]int{}}
+	slow := &recorder{wait: 3 * time.Millisecond, runs: map[string]int{}}
+	p := newPair(t, map[string]workers.Handler{"fast": fast, "slow": slow},
+		WithIdleTimeout(2*time.Millisecond), WithGracePeriod(time.Millisecond))
+	c, err := NewClient(p.clientHost, workertest.Network, WithStreamPool(4, time.Minute))
+	workertest.Must(t, err)
+	defer c.Close()
+	const callers, calls = 16, 40
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var okCount, cancelled, busy int
+	for i := range callers {
+		wg.Go(func() {
+			for j := range calls {
+				id := fmt.Sprintf("%d-%d", i, j)
+				typ := "fast"
+				if j%3 == 1 {
+					typ = "slow"
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), workertest.FailAfter)
+				if j%5 == 4 {
+					ctx, cancel = context.WithTimeout(context.Background(), time.Duration(j%4)*time.Millisecond+500*time.Microsecond)
+				}
+				resp, err := c.Do(ctx, p.serverHost.ID(), Request{ID: id, Type: typ, Payload: []byte(id), AcceptTimeout: time.Second})
+				cancel()
+				mu.Lock()
+				switch {
+				case err != nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) && j%5 == 4:
+					cancelled++
+				case err != nil:
+					t.Errorf("call %s: %v", id, err)
+				case resp.Outcome == workers.Busy:
+					busy++ // 16 callers on 4+16 slots
+				case resp.ID != id || (resp.Outcome == workers.Success && string(resp.Output) != id):
+					t.Errorf("call %s got response %q with output %q", id, resp.ID, resp.Output)
+				case resp.Outcome == workers.Success:
+					okCount++
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	for _, r := range []*recorder{fast, slow} {
+		r.mu.Lock()
+		for id, n := range r.runs {
+			if n > 1 {
+				t.Errorf("request %s ran %d times", id, n)
+			}
+		}
+		r.mu.Unlock()
+	}
+	if okCount < callers*calls/2 {
+		t.Errorf("%d calls answered, %d cancelled, %d busy: want most answered", okCount, cancelled, busy)
+	}
+	t.Logf("%d answered, %d cancelled, %d busy; %d streams opened for %d calls", okCount, cancelled, busy, c.opened.Load(), callers*calls)
+}

@@ -179,8 +179,11 @@ func (s *Server) handle(str network.Stream) {
 	for {
 		s.serveOne(c)
 		if !c.keep || !s.next(c) {
-			return
+			break
 		}
+	}
+	if w := c.watch; w != nil {
+		<-w.done // the stream has ended, and with it the watchdog's read
 	}
 }
 

@@ -80,6 +80,14 @@ type frameIn struct {
 // it did not take the request (see the protocol's comment).
 var errNotTaken = fmt.Errorf("stream closed by the worker before the request was taken: %w", ErrTruncated)
 
+// errRefused means the worker's host reset a new stream at its resource
+// limits, before the work protocol saw it: the request was not taken.
+var errRefused = errors.New("the worker's host refused the stream at its stream limits")
+
+// refusedByLimits matches the reset of a stream the remote host's
+// resource manager refused.
+var refusedByLimits = &network.StreamError{ErrorCode: network.StreamResourceLimitExceeded, Remote: true}
+
 // NewClient returns a client for the work protocol of network, sending
 // from h.
 func NewClient(h host.Host, network string, opts ...Option) (*Client, error) {
@@ -180,7 +188,10 @@ func (c *Client) Do(ctx context.Context, p peer.ID, req Request) (Response, erro
 		if err == nil {
 			return resp, nil
 		}
-		if !retry && errors.Is(err, errNotTaken) && ctx.Err() == nil {
+		if !retry && ctx.Err() == nil && (errors.Is(err, errNotTaken) || errors.Is(err, errRefused)) {
+			if errors.Is(err, errRefused) {
+				c.closeIdleTo(p) // they count against the worker's limits
+			}
 			continue
 		}
 		if ctx.Err() != nil {
@@ -206,6 +217,11 @@ func (c *Client) open(ctx context.Context, p peer.ID, req *Request, deadline tim
 		defer cancel()
 	}
 	cs, err := c.stream(sctx, p)
+	if errors.Is(err, network.ErrResourceLimitExceeded) && c.closeIdleTo(p) > 0 {
+		// This host's own limits: the streams kept idle to p count
+		// against them.
+		cs, err = c.stream(sctx, p)
+	}
 	if err != nil {
 		switch {
 		case ctx.Err() != nil:
@@ -284,6 +300,21 @@ func (c *Client) take(p peer.ID) *cstream {
 // setIdle stores p's idle streams. An empty list stays (its array serves
 // the next put) until closeIdle finds it empty.
 func (c *Client) setIdle(p peer.ID, list []*cstream) { c.idle[p] = list }
+
+// closeIdleTo closes the idle streams to p and says how many there were.
+func (c *Client) closeIdleTo(p peer.ID) int {
+	c.mu.Lock()
+	list := c.idle[p]
+	delete(c.idle, p)
+	for _, cs := range list {
+		cs.inPool = false
+	}
+	c.mu.Unlock()
+	for _, cs := range list {
+		_ = cs.str.Close()
+	}
+	return len(list)
+}
 
 // put gives a stream whose exchange went well back to the pool, or closes
 // it when the pool is full, the client closed, or its reader ended.
@@ -435,6 +466,9 @@ func (c *Client) exchange(ctx context.Context, cs *cstream, req *Request, accept
 	timedOut := func() bool { return acceptState.Load() == acceptExpired }
 
 	if err := writeRequest(str, req); err != nil {
+		if !cs.used && errors.Is(err, refusedByLimits) {
+			return Response{}, false, fmt.Errorf("%w: %w", errRefused, err)
+		}
 		if cs.used && !timedOut() {
 			// The server may have closed the stream between requests:
 			// then its FIN is there to read.
@@ -452,6 +486,9 @@ func (c *Client) exchange(ctx context.Context, cs *cstream, req *Request, accept
 		f, _ := recvFrame(ctx, cs)
 		body, err := f.body, f.err
 		if err != nil {
+			if first && !cs.used && errors.Is(err, refusedByLimits) {
+				return Response{}, false, fmt.Errorf("%w: %w", errRefused, err)
+			}
 			if errors.Is(err, io.EOF) {
 				if first && cs.used {
 					return Response{}, false, errNotTaken

@@ -90,8 +90,9 @@ const (
 	// DefaultClientTimeout bounds a client call whose context has no deadline.
 	DefaultClientTimeout = 30 * time.Second
 	// DefaultMaxIdleStreams is how many streams a client keeps open per
-	// peer between calls.
-	DefaultMaxIdleStreams = 64
+	// peer between calls: well below libp2p's default limits of streams
+	// per peer and protocol, which idle streams count against.
+	DefaultMaxIdleStreams = 32
 	// DefaultClientIdleTimeout is how long a client keeps an unused stream.
 	DefaultClientIdleTimeout = 30 * time.Second
 	// DefaultServerIdleTimeout is how long a server keeps a stream that

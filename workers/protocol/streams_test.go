@@ -17,6 +17,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
+	rcmgr "github.com/libp2p/go-libp2p/p2p/host/resource-manager"
 
 	"github.com/workmesh/workmesh/node/frame"
 	"github.com/workmesh/workmesh/tests/testkit"
@@ -525,4 +526,50 @@ func TestStreams_ConcurrentReuseNeverMixesNorRunsTwice(t *testing.T) {
 		t.Errorf("%d calls answered, %d cancelled, %d busy: want most answered", okCount, cancelled, busy)
 	}
 	t.Logf("%d answered, %d cancelled, %d busy; %d streams opened for %d calls", okCount, cancelled, busy, c.opened.Load(), callers*calls)
+}
+
+// A stream the worker's host refuses at its resource limits is refused
+// before the work protocol sees it: the call is tried once more on a new
+// stream (after the idle ones to that peer are closed, as they count
+// against the limits), and fails cleanly when that is refused too; the
+// work never runs.
+func TestStreams_StreamRefusedAtTheWorkersLimitsIsNotTaken(t *testing.T) {
+	limits := rcmgr.DefaultLimits
+	limits.AddProtocolPeerLimit(ProtocolID(workertest.Network),
+		rcmgr.BaseLimit{StreamsInbound: 1, StreamsOutbound: 1, Streams: 2, Memory: 16 << 20}, rcmgr.BaseLimitIncrease{})
+	rm, err := rcmgr.NewResourceManager(rcmgr.NewFixedLimiter(limits.AutoScale()), rcmgr.WithMetricsDisabled())
+	workertest.Must(t, err)
+	serverHost, err := libp2p.New(libp2p.ListenAddrStrings("/ip4/127.0.0.1/udp/0/quic-v1"), libp2p.DisableRelay(), libp2p.ResourceManager(rm))
+	workertest.Must(t, err)
+	t.Cleanup(func() { _ = serverHost.Close() })
+	g := workertest.NewGate(true)
+	defer g.Open()
+	p := newPairOn(t, workertest.NewHost(t), serverHost, map[string]workers.Handler{"gate": g})
+	workertest.Connect(t, p.clientHost, serverHost)
+	ctx, cancel := context.WithTimeout(context.Background(), workertest.FailAfter)
+	defer cancel()
+
+	held := make(chan error, 1)
+	go func() {
+		_, err := p.client.Do(ctx, serverHost.ID(), Request{ID: "held", Type: "gate"})
+		held <- err
+	}()
+	workertest.Recv(t, g.Started, "the held request to start")
+	_, err = p.client.Do(ctx, serverHost.ID(), Request{ID: "refused", Type: "gate"})
+	if !errors.Is(err, errRefused) {
+		t.Fatalf("a call over the worker's stream limit: %v, want errRefused", err)
+	}
+	if got := p.client.opened.Load(); got != 3 {
+		t.Errorf("%d streams opened, want 3: the held one, the refused one and its one retry", got)
+	}
+	if n := g.Runs.Load(); n != 1 {
+		t.Errorf("the handler ran %d times, want once (the held request)", n)
+	}
+	g.Open()
+	workertest.Must(t, workertest.Recv(t, held, "the held request"))
+	resp, err := p.client.Do(ctx, serverHost.ID(), Request{ID: "after", Type: "echo", Payload: []byte("x")})
+	workertest.Must(t, err)
+	if resp.Outcome != workers.Success {
+		t.Fatalf("after: %v %q", resp.Outcome, resp.Error)
+	}
 }

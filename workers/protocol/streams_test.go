@@ -573,3 +573,49 @@ func TestStreams_StreamRefusedAtTheWorkersLimitsIsNotTaken(t *testing.T) {
 		t.Fatalf("after: %v %q", resp.Outcome, resp.Error)
 	}
 }
+
+// A worker that answers one request per stream and closes it, as every
+// worker did before streams were reused: each call succeeds, each request
+// runs once, and the client opens a stream per call.
+func TestStreams_WorkerThatClosesAfterEachResponse(t *testing.T) {
+	clientHost, serverHost := workertest.NewHost(t), workertest.NewHost(t)
+	seen := make(chan string, 100)
+	serverHost.SetStreamHandler(ProtocolID(workertest.Network), func(s network.Stream) {
+		body, _, err := frame.Read(s, frameLimit(workers.DefaultMaxPayload), nil)
+		if err != nil {
+			_ = s.Reset()
+			return
+		}
+		req, err := decodeRequest(body, workers.DefaultMaxPayload)
+		if err != nil {
+			_ = s.Reset()
+			return
+		}
+		seen <- req.ID
+		if _, err := s.Write(appendResponse(nil, &Response{ID: req.ID, Result: workers.OK(req.Payload)})); err != nil {
+			_ = s.Reset()
+			return
+		}
+		_ = s.Close()
+	})
+	workertest.Connect(t, clientHost, serverHost)
+	c, err := NewClient(clientHost, workertest.Network)
+	workertest.Must(t, err)
+	const n = 8
+	for i := range n {
+		mustEcho(t, c, serverHost.ID(), fmt.Sprint("old-", i))
+	}
+	for i := range n {
+		if got, want := workertest.Recv(t, seen, "a request at the worker"), fmt.Sprint("old-", i); got != want {
+			t.Errorf("the worker read %q, want %q", got, want)
+		}
+	}
+	select {
+	case id := <-seen:
+		t.Errorf("the worker read %q twice", id)
+	default:
+	}
+	if got := c.opened.Load(); got < n {
+		t.Errorf("%d streams opened for %d calls to a worker that closes each", got, n)
+	}
+}

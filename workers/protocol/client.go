@@ -138,9 +138,11 @@ func (c *Client) Close() error {
 // response, whatever its outcome, comes with a nil error.
 //
 // A request sent on a stream kept from an earlier call, which the worker
-// had closed meanwhile (it restarted its idle timeout, drained, closed),
-// is sent again once on a new stream: the worker did not take it. Any
-// other failure is not retried, as the work may have run.
+// had closed meanwhile (its idle timeout, a drain, its Close), is sent
+// again once on a new stream: the worker did not take it. So is one on a
+// new stream that the worker's host refused at its resource limits, after
+// the idle streams to that worker are closed. Any other failure is not
+// retried, as the work may have run.
 func (c *Client) Do(ctx context.Context, p peer.ID, req Request) (Response, error) {
 	if err := checkRequest(&req, c.cfg.maxPayload); err != nil {
 		return Response{}, fmt.Errorf("work %s for %s: %w", req.Type, p, err)

@@ -33,6 +33,7 @@ bench:
 	$(GO) test -run '^$$' -bench 'Benchmark(PlanFirstPick|RankRefresh)' -benchmem -benchtime $(BENCHTIME) ./selection/ 2>&1 | tee -a $(BENCH_RAW)
 	$(GO) test -run '^$$' -bench '^BenchmarkPerfMemory' -benchtime 1x ./tests/ 2>&1 | tee -a $(BENCH_RAW)
 	$(GO) test -run '^$$' -bench '^BenchmarkDispatchEchoVsBareStream$$' -benchmem -benchtime 3000x ./tests/ 2>&1 | tee -a $(BENCH_RAW)
+	$(GO) test -run '^$$' -bench '^BenchmarkPayloadEchoVsLongLivedStream$$' -benchtime 1x ./tests/ 2>&1 | tee -a $(BENCH_RAW)
 	$(GO) test -run '^$$' -bench '^BenchmarkNetworkJoinVsRawGossip$$' -benchtime 30x ./tests/ 2>&1 | tee -a $(BENCH_RAW)
 	$(GO) test -run '^$$' -bench '^BenchmarkVerifyVsSingle$$' -benchtime 1000x ./tests/ 2>&1 | tee -a $(BENCH_RAW)
 	$(GO) test -run '^$$' -bench '^BenchmarkRPCVsDirectUpstream$$' -benchtime 1x ./tests/ 2>&1 | tee -a $(BENCH_RAW)

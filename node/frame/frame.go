@@ -47,7 +47,8 @@ type Memory interface {
 //
 // The body's memory follows the bytes that arrived, not the length the
 // header claims: it starts at GrowStep bytes and doubles as it fills (up
-// to the claimed length), each growth reserved in mem before it is made.
+// to the claimed length, and to it at once from a step that comes within
+// a quarter of it), each growth reserved in mem before it is made.
 // A sender that claims a large frame and sends little of it holds little;
 // all that the read reserved is given back when it fails.
 func Read(r io.Reader, limit int, mem Memory) (body []byte, reserved int, err error) {
@@ -72,7 +73,40 @@ func Read(r io.Reader, limit int, mem Memory) (body []byte, reserved int, err er
 		}
 		return body, 0, nil
 	}
-	return readGrowing(r, int(n), mem)
+	return readGrowing(r, int(n), mem, 2)
+}
+
+// ReadFast is Read for large frames whose memory may run further ahead of
+// the bytes that arrived: the body's buffer grows fourfold instead of
+// doubling, and straight to the claimed length once that is within a
+// quarter of the next step, so a body of 1 MiB takes three allocations
+// (1.3 MiB) and copies 320 KiB on its way instead of five (2 MiB) and
+// 960 KiB. A sender that
+// claims a large frame and sends little of it holds at most about five
+// times what it sent, all of it reserved in mem first as with Read.
+func ReadFast(r io.Reader, limit int, mem Memory) (body []byte, reserved int, err error) {
+	var hdr [HeaderLen]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		if errors.Is(err, io.ErrUnexpectedEOF) {
+			return nil, 0, fmt.Errorf("frame header: %w", ErrTruncated)
+		}
+		return nil, 0, err
+	}
+	n := binary.BigEndian.Uint32(hdr[:])
+	if n == 0 {
+		return nil, 0, fmt.Errorf("empty frame: %w", ErrMalformed)
+	}
+	if uint64(n) > uint64(limit) {
+		return nil, 0, fmt.Errorf("frame of %d bytes exceeds the limit of %d: %w", n, limit, ErrTooLarge)
+	}
+	if n < GrowStep && n < ReserveThreshold {
+		body = make([]byte, n)
+		if got, err := io.ReadFull(r, body); err != nil {
+			return nil, 0, bodyError(err, got, int(n))
+		}
+		return body, 0, nil
+	}
+	return readGrowing(r, int(n), mem, 4)
 }
 
 // GrowStep is the first allocation of a large body (Read), which then
@@ -80,8 +114,10 @@ func Read(r io.Reader, limit int, mem Memory) (body []byte, reserved int, err er
 const GrowStep = 64 << 10
 
 // readGrowing reads a body of n bytes into a buffer that grows with the
-// bytes received, reserving each growth in mem.
-func readGrowing(r io.Reader, n int, mem Memory) (body []byte, reserved int, err error) {
+// bytes received, by factor at each step, reserving each growth in mem. A
+// step that would leave less than a quarter of itself to go grows to n at
+// once.
+func readGrowing(r io.Reader, n int, mem Memory, factor int) (body []byte, reserved int, err error) {
 	fail := func(err error) ([]byte, int, error) {
 		if reserved > 0 {
 			mem.ReleaseMemory(reserved)
@@ -90,7 +126,10 @@ func readGrowing(r io.Reader, n int, mem Memory) (body []byte, reserved int, err
 	}
 	for len(body) < n {
 		if len(body) == cap(body) {
-			size := min(n, max(GrowStep, 2*cap(body)))
+			size := min(n, max(GrowStep, factor*cap(body)))
+			if size+size/4 >= n {
+				size = n // not one more step for the last few bytes
+			}
 			if mem != nil && n >= ReserveThreshold {
 				if err := mem.ReserveMemory(size-reserved, network.ReservationPriorityHigh); err != nil {
 					return fail(fmt.Errorf("reserve %d bytes for a frame of %d (%d in): %w", size-reserved, n, len(body), err))

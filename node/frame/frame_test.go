@@ -138,3 +138,48 @@ func TestRead_MemoryFollowsTheBytesReceived(t *testing.T) {
 		t.Fatalf("whole 1 MiB frame: len %d err %v reserved %d (scope %d)", len(got), err, reserved, scope.reserved)
 	}
 }
+
+// ReadFast grows a body fourfold, and to its length once that is near: a
+// whole 1 MiB frame costs at most 64 KiB + 256 KiB + 1 MiB of allocations
+// on its way (Read's doubling about 2 MiB, with no step of its own for the
+// message's last bytes), and a sender that claims 1 MiB and sends 100 KiB
+// holds at most five times that.
+func TestReadFast_FewerCopiesAndMemoryStillFollowsTheBytes(t *testing.T) {
+	const claim = 1<<20 + 20 // a 1 MiB payload and its message's fields
+	body := make([]byte, claim)
+	body[claim-1] = 7
+	in := frameOf(body)
+	scope := &countingScope{}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	got, reserved, err := ReadFast(bytes.NewReader(in), claim, scope)
+	runtime.ReadMemStats(&after)
+	if err != nil || len(got) != claim || got[claim-1] != 7 || reserved != claim || scope.reserved != claim {
+		t.Fatalf("whole frame: len %d err %v reserved %d (scope %d)", len(got), err, reserved, scope.reserved)
+	}
+	if grew, limit := after.TotalAlloc-before.TotalAlloc, uint64(GrowStep+4*GrowStep+claim+16<<10); grew > limit {
+		t.Errorf("whole frame of %d: allocated %d bytes, want at most %d", claim, grew, limit)
+	}
+	for _, sent := range []int{100, 100 << 10} {
+		scope := &countingScope{}
+		_, _, err := ReadFast(bytes.NewReader(in[:HeaderLen+sent]), claim, scope)
+		if !errors.Is(err, ErrTruncated) {
+			t.Fatalf("sent %d of %d: err %v, want ErrTruncated", sent, claim, err)
+		}
+		if held := max(GrowStep, 5*sent); scope.reserved > held || scope.released != scope.reserved {
+			t.Errorf("sent %d: reserved %d (want at most %d), released %d", sent, scope.reserved, held, scope.released)
+		}
+	}
+	// Read doubles, but takes no step of its own for the last few bytes.
+	runtime.ReadMemStats(&before)
+	if got, _, err := Read(bytes.NewReader(in), claim, nil); err != nil || len(got) != claim {
+		t.Fatalf("Read of the whole frame: len %d err %v", len(got), err)
+	}
+	runtime.ReadMemStats(&after)
+	if grew, limit := after.TotalAlloc-before.TotalAlloc, uint64(15*GrowStep+claim+16<<10); grew > limit {
+		t.Errorf("Read of a whole frame of %d: allocated %d bytes, want at most %d", claim, grew, limit)
+	}
+	if _, _, err := ReadFast(bytes.NewReader(in), claim-1, nil); !errors.Is(err, ErrTooLarge) {
+		t.Errorf("over the limit: %v, want ErrTooLarge", err)
+	}
+}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -17,12 +19,74 @@ import (
 )
 
 // Client sends work to remote workers over the work protocol. It is safe
-// for concurrent use; every call uses a stream of its own.
+// for concurrent use. A call takes one of the streams the client keeps
+// open to the peer, or opens one when all are busy, and sends only its
+// own request on it until it has the response (WithStreamPool).
 type Client struct {
 	h   host.Host
 	pid protocol.ID
 	cfg settings
+
+	// mu guards the pool of idle streams.
+	mu     sync.Mutex
+	idle   map[peer.ID][]*cstream // each peer's, most recently used last
+	sweep  *time.Timer            // closes streams idle too long; nil when none is pending
+	closed bool
+
+	opened atomic.Uint64 // streams opened, for tests
 }
+
+// cstream is one work stream of a client. Its reader goroutine reads every
+// frame the server sends and hands it to the call that owns the stream,
+// so a stream that ends while idle (the server's FIN, a reset, a lost
+// connection) leaves the pool at once, and its FIN is answered at once (a
+// draining server waits for that).
+type cstream struct {
+	p   peer.ID
+	str network.Stream
+	in  chan frameIn // the frames read, for the call that owns the stream
+	// dead is set when the reader has ended; eof when it ended at the
+	// server's FIN (the stream is closed, not reset).
+	dead, eof atomic.Bool
+	// used says the stream has carried a whole exchange, so that the end
+	// of the stream where a response should begin is the server's
+	// closing between requests. Only the owning call touches it.
+	used bool
+	// acceptState is the current call's accept timeout (see exchange),
+	// acceptTimer the stream's timer for it.
+	acceptState atomic.Int32
+	acceptTimer *time.Timer
+	// inPool and idleSince are guarded by the client's mu.
+	inPool    bool
+	idleSince time.Time
+}
+
+// acceptExpired resets the stream of a call whose worker sent nothing
+// within its accept timeout.
+func (cs *cstream) acceptExpired() {
+	if cs.acceptState.CompareAndSwap(acceptWaiting, acceptExpired) {
+		_ = cs.str.Reset()
+	}
+}
+
+// frameIn is one frame read on a stream, or the error that ended it.
+type frameIn struct {
+	body []byte
+	err  error
+}
+
+// errNotTaken means a stream that had carried requests before ended where
+// the response should begin: the server closed it between requests, so
+// it did not take the request (see the protocol's comment).
+var errNotTaken = fmt.Errorf("stream closed by the worker before the request was taken: %w", ErrTruncated)
+
+// errRefused means the worker's host reset a new stream at its resource
+// limits, before the work protocol saw it: the request was not taken.
+var errRefused = errors.New("the worker's host refused the stream at its stream limits")
+
+// refusedByLimits matches the reset of a stream the remote host's
+// resource manager refused.
+var refusedByLimits = &network.StreamError{ErrorCode: network.StreamResourceLimitExceeded, Remote: true}
 
 // NewClient returns a client for the work protocol of network, sending
 // from h.
@@ -37,7 +101,32 @@ func NewClient(h host.Host, network string, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("new work client: %w", err)
 	}
-	return &Client{h: h, pid: ProtocolID(network), cfg: cfg}, nil
+	return &Client{h: h, pid: ProtocolID(network), cfg: cfg, idle: map[peer.ID][]*cstream{}}, nil
+}
+
+// Close closes the client's idle streams; a stream in use is closed when
+// its call ends. Calls after Close open a stream each. It does not close
+// the host.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	c.closed = true
+	if c.sweep != nil {
+		c.sweep.Stop()
+		c.sweep = nil
+	}
+	var all []*cstream
+	for p, list := range c.idle {
+		for _, cs := range list {
+			cs.inPool = false
+		}
+		all = append(all, list...)
+		delete(c.idle, p)
+	}
+	c.mu.Unlock()
+	for _, cs := range all {
+		_ = cs.str.Close()
+	}
+	return nil
 }
 
 // Do sends req to worker p and returns its response. The work's time
@@ -47,6 +136,13 @@ func NewClient(h host.Host, network string, opts ...Option) (*Client, error) {
 // call, ErrAcceptTimeout when the worker did not take the work within
 // req.AcceptTimeout, and the protocol's sentinels for bad messages. A
 // response, whatever its outcome, comes with a nil error.
+//
+// A request sent on a stream kept from an earlier call, which the worker
+// had closed meanwhile (its idle timeout, a drain, its Close), is sent
+// again once on a new stream: the worker did not take it. So is one on a
+// new stream that the worker's host refused at its resource limits, after
+// the idle streams to that worker are closed. Any other failure is not
+// retried, as the work may have run.
 func (c *Client) Do(ctx context.Context, p peer.ID, req Request) (Response, error) {
 	if err := checkRequest(&req, c.cfg.maxPayload); err != nil {
 		return Response{}, fmt.Errorf("work %s for %s: %w", req.Type, p, err)
@@ -72,19 +168,62 @@ func (c *Client) Do(ctx context.Context, p peer.ID, req Request) (Response, erro
 		req.Timeout = left
 	}
 
-	// The accept timeout runs from here: opening the stream over a
-	// connection counts too (to a peer that stopped reading, it waits for
-	// stream credit). A dial, which NewStream makes when there is no
-	// connection, is the call's to bound, not the accept timeout's.
+	for retry := false; ; retry = true {
+		// The accept timeout runs from here. A stream kept open needs
+		// nothing more; a call that opens one counts the opening too.
+		var cs *cstream
+		var acceptBy time.Time
+		if !retry {
+			cs = c.take(p)
+		}
+		if cs != nil {
+			if t := time.Now().Add(req.AcceptTimeout); req.AcceptTimeout > 0 && t.Before(deadline) {
+				acceptBy = t
+			}
+		} else {
+			var err error
+			if cs, acceptBy, err = c.open(ctx, p, &req, deadline); err != nil {
+				return Response{}, fmt.Errorf("work %s for %s: %w", req.Type, p, err)
+			}
+		}
+		resp, err := c.call(ctx, cs, &req, acceptBy)
+		if err == nil {
+			return resp, nil
+		}
+		if !retry && ctx.Err() == nil && (errors.Is(err, errNotTaken) || errors.Is(err, errRefused)) {
+			if errors.Is(err, errRefused) {
+				c.closeIdleTo(p) // they count against the worker's limits
+			}
+			continue
+		}
+		if ctx.Err() != nil {
+			err = fmt.Errorf("%w (%v)", contextError(ctx), err)
+		}
+		return Response{}, fmt.Errorf("work %s for %s: %w", req.Type, p, err)
+	}
+}
+
+// open opens a new stream to p for req and says by when the worker must
+// accept it. Opening the stream over a connection counts towards the
+// accept timeout (to a peer that stopped reading, it waits for stream
+// credit). A dial, which NewStream makes when there is no connection, is
+// the call's to bound, not the accept timeout's: then it runs from the
+// open stream.
+func (c *Client) open(ctx context.Context, p peer.ID, req *Request, deadline time.Time) (*cstream, time.Time, error) {
 	var acceptBy time.Time
 	sctx := ctx
-	if req.AcceptTimeout > 0 && req.AcceptTimeout < left && c.h.Network().Connectedness(p) == network.Connected {
-		acceptBy = time.Now().Add(req.AcceptTimeout)
+	if t := time.Now().Add(req.AcceptTimeout); req.AcceptTimeout > 0 && t.Before(deadline) && c.h.Network().Connectedness(p) == network.Connected {
+		acceptBy = t
 		var cancel context.CancelFunc
 		sctx, cancel = context.WithDeadline(ctx, acceptBy)
 		defer cancel()
 	}
-	str, err := c.h.NewStream(sctx, p, c.pid)
+	cs, err := c.stream(sctx, p)
+	if errors.Is(err, network.ErrResourceLimitExceeded) && c.closeIdleTo(p) > 0 {
+		// This host's own limits: the streams kept idle to p count
+		// against them.
+		cs, err = c.stream(sctx, p)
+	}
 	if err != nil {
 		switch {
 		case ctx.Err() != nil:
@@ -92,32 +231,211 @@ func (c *Client) Do(ctx context.Context, p peer.ID, req Request) (Response, erro
 		case sctx.Err() != nil:
 			err = fmt.Errorf("%w: no stream within %s (%v)", ErrAcceptTimeout, req.AcceptTimeout, err)
 		}
-		return Response{}, fmt.Errorf("work %s for %s: open stream: %w", req.Type, p, err)
+		return nil, acceptBy, fmt.Errorf("open stream: %w", err)
 	}
 	if t := time.Now().Add(req.AcceptTimeout); acceptBy.IsZero() && req.AcceptTimeout > 0 && t.Before(deadline) {
 		acceptBy = t // NewStream dialed: the accept timeout runs from now
 	}
-	// A cancelled call resets the stream at once: the pending read fails
-	// here, and the server sees the reset and cancels the work.
-	stop := context.AfterFunc(ctx, func() { _ = str.Reset() })
-	defer stop()
+	return cs, acceptBy, nil
+}
 
-	resp, err := c.exchange(str, &req, acceptBy)
-	if err != nil {
-		_ = str.Reset()
-		switch {
-		case ctx.Err() != nil:
-			err = fmt.Errorf("%w (%v)", contextError(ctx), err)
-		}
-		return Response{}, fmt.Errorf("work %s for %s: %w", req.Type, p, err)
+// call makes one exchange on cs, which it owns, and then gives the stream
+// back to the pool, or ends it when it broke.
+func (c *Client) call(ctx context.Context, cs *cstream, req *Request, acceptBy time.Time) (Response, error) {
+	// A cancelled call resets the stream at once: the pending read fails,
+	// and the server sees the reset and cancels the work.
+	stop := context.AfterFunc(ctx, func() { _ = cs.str.Reset() })
+	resp, whole, err := c.exchange(ctx, cs, req, acceptBy)
+	if !stop() {
+		whole = false // reset by the context
 	}
-	_ = str.Close()
+	if err != nil || !whole {
+		c.discard(cs)
+		return resp, err
+	}
+	cs.used = true
+	c.put(cs)
 	return resp, nil
 }
 
-// exchange writes the request and reads the response on str; a worker
-// that has not accepted the work by acceptBy (if set) is given up.
-func (c *Client) exchange(str network.Stream, req *Request, acceptBy time.Time) (Response, error) {
+// stream opens a new stream to p and starts its reader.
+func (c *Client) stream(ctx context.Context, p peer.ID) (*cstream, error) {
+	str, err := c.h.NewStream(ctx, p, c.pid)
+	if err != nil {
+		return nil, err
+	}
+	c.opened.Add(1)
+	cs := &cstream{p: p, str: str, in: make(chan frameIn, 2)}
+	go c.read(cs)
+	return cs, nil
+}
+
+// take returns the most recently used idle stream to p, or nil.
+func (c *Client) take(p peer.ID) *cstream {
+	var broken []*cstream
+	defer func() {
+		for _, cs := range broken {
+			c.discard(cs)
+		}
+	}()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	list := c.idle[p]
+	for len(list) > 0 {
+		cs := list[len(list)-1]
+		list[len(list)-1] = nil
+		list = list[:len(list)-1]
+		cs.inPool = false
+		// A frame that came in while the stream was idle is one nobody
+		// asked for; a closed connection took the stream with it.
+		if len(cs.in) > 0 || cs.dead.Load() || cs.str.Conn().IsClosed() {
+			broken = append(broken, cs)
+			continue
+		}
+		c.setIdle(p, list)
+		return cs
+	}
+	c.setIdle(p, list)
+	return nil
+}
+
+// setIdle stores p's idle streams. An empty list stays (its array serves
+// the next put) until closeIdle finds it empty.
+func (c *Client) setIdle(p peer.ID, list []*cstream) { c.idle[p] = list }
+
+// closeIdleTo closes the idle streams to p and says how many there were.
+func (c *Client) closeIdleTo(p peer.ID) int {
+	c.mu.Lock()
+	list := c.idle[p]
+	delete(c.idle, p)
+	for _, cs := range list {
+		cs.inPool = false
+	}
+	c.mu.Unlock()
+	for _, cs := range list {
+		_ = cs.str.Close()
+	}
+	return len(list)
+}
+
+// put gives a stream whose exchange went well back to the pool, or closes
+// it when the pool is full, the client closed, or its reader ended.
+func (c *Client) put(cs *cstream) {
+	c.mu.Lock()
+	list := c.idle[cs.p]
+	if c.closed || cs.dead.Load() || len(list) >= c.cfg.maxIdle {
+		c.mu.Unlock()
+		_ = cs.str.Close() // its exchange is whole: the server sees the end of the stream
+		return
+	}
+	cs.inPool, cs.idleSince = true, time.Now()
+	c.idle[cs.p] = append(list, cs)
+	if c.sweep == nil {
+		c.sweep = time.AfterFunc(c.cfg.clientIdle, c.closeIdle)
+	}
+	c.mu.Unlock()
+}
+
+// discard ends a stream that broke: Close when it ended at the server's
+// FIN, so that the server sees the client's end (a draining server waits
+// for it), Reset otherwise (the server cancels the work of a request it
+// is running).
+func (c *Client) discard(cs *cstream) {
+	if cs.eof.Load() {
+		_ = cs.str.Close()
+		return
+	}
+	_ = cs.str.Reset()
+}
+
+// closeIdle closes the streams idle for the client's idle timeout, and
+// comes back while some are left.
+func (c *Client) closeIdle() {
+	var old []*cstream
+	c.mu.Lock()
+	now := time.Now()
+	next := time.Duration(0)
+	for p, list := range c.idle {
+		i := 0
+		for ; i < len(list); i++ { // oldest first
+			if left := c.cfg.clientIdle - now.Sub(list[i].idleSince); left > 0 {
+				if next == 0 || left < next {
+					next = left
+				}
+				break
+			}
+			list[i].inPool = false
+			old = append(old, list[i])
+		}
+		if list = slices.Delete(list, 0, i); len(list) == 0 {
+			delete(c.idle, p)
+		} else {
+			c.idle[p] = list
+		}
+	}
+	c.sweep = nil
+	if next > 0 && !c.closed {
+		c.sweep = time.AfterFunc(next, c.closeIdle)
+	}
+	c.mu.Unlock()
+	for _, cs := range old {
+		_ = cs.str.Close()
+	}
+}
+
+// read is a stream's reader goroutine: it hands every frame to the call
+// that owns the stream, until the stream ends.
+func (c *Client) read(cs *cstream) {
+	limit := frameLimit(c.cfg.maxPayload)
+	for {
+		body, reserved, err := frame.ReadFast(cs.str, limit, cs.str.Scope())
+		if reserved > 0 {
+			// The output becomes the caller's memory once returned.
+			cs.str.Scope().ReleaseMemory(reserved)
+		}
+		if errors.Is(err, io.EOF) {
+			cs.eof.Store(true) // before the owning call can see it
+		}
+		select {
+		case cs.in <- frameIn{body, err}:
+		default:
+			// More frames than an exchange has: nobody waits for them.
+			_ = cs.str.Reset()
+			if err == nil {
+				err = fmt.Errorf("a frame nobody asked for: %w", ErrMalformed)
+			}
+		}
+		if err != nil {
+			c.lost(cs)
+			return
+		}
+	}
+}
+
+// lost takes a stream whose reader ended out of the pool, closing it (its
+// FIN came: answered with the client's) or resetting it.
+func (c *Client) lost(cs *cstream) {
+	cs.dead.Store(true)
+	c.mu.Lock()
+	was := cs.inPool
+	if was {
+		cs.inPool = false
+		list := c.idle[cs.p]
+		if i := slices.Index(list, cs); i >= 0 {
+			c.setIdle(cs.p, slices.Delete(list, i, i+1))
+		}
+	}
+	c.mu.Unlock()
+	if was {
+		c.discard(cs)
+	}
+}
+
+// exchange writes the request and reads the response on cs; a worker
+// that has not accepted the work by acceptBy (if set) is given up. whole
+// says the stream is fit to carry the next request.
+func (c *Client) exchange(ctx context.Context, cs *cstream, req *Request, acceptBy time.Time) (_ Response, whole bool, _ error) {
+	str := cs.str
 	// Neither bound is a stream deadline. The call's deadline is the
 	// context's, and Do resets the stream when it passes. The accept
 	// timeout is a timer that resets the stream unless the first frame
@@ -126,69 +444,96 @@ func (c *Client) exchange(str network.Stream, req *Request, acceptBy time.Time) 
 	// deadlines), and costs no deadline to set and lift on each call.
 	// acceptState is waiting until the first frame is in (then in) or the
 	// accept timeout passed first (then expired).
-	var acceptState atomic.Int32
+	acceptState := &cs.acceptState
+	acceptState.Store(acceptWaiting)
 	if !acceptBy.IsZero() {
 		// The write is bounded too: to a peer that died without closing
 		// its connection, writing the request can block (no stream
 		// credit, no acknowledgements) until the whole deadline, which is
-		// what the accept timeout exists to prevent.
-		timer := time.AfterFunc(time.Until(acceptBy), func() {
-			if acceptState.CompareAndSwap(acceptWaiting, acceptExpired) {
-				_ = str.Reset()
+		// what the accept timeout exists to prevent. The timer is the
+		// stream's, set again for each call; one that fired leaves the
+		// stream out of the pool, so that it never fires into the next.
+		if cs.acceptTimer == nil {
+			cs.acceptTimer = time.AfterFunc(time.Until(acceptBy), cs.acceptExpired)
+		} else {
+			cs.acceptTimer.Reset(time.Until(acceptBy))
+		}
+		defer func() {
+			if !cs.acceptTimer.Stop() {
+				whole = false
 			}
-		})
-		defer timer.Stop()
+		}()
 	}
 	// An error after the timer fired is the accept timeout's reset.
 	timedOut := func() bool { return acceptState.Load() == acceptExpired }
 
-	buf := getBuf()
-	*buf = appendRequest((*buf)[:0], req)
-	_, err := str.Write(*buf)
-	putBuf(buf)
-	if err != nil {
+	if err := writeRequest(str, req); err != nil {
+		if !cs.used && errors.Is(err, refusedByLimits) {
+			return Response{}, false, fmt.Errorf("%w: %w", errRefused, err)
+		}
+		if cs.used && !timedOut() {
+			// The server may have closed the stream between requests:
+			// then its FIN is there to read.
+			if f, ok := recvFrame(ctx, cs); ok && f.body == nil && errors.Is(f.err, io.EOF) {
+				return Response{}, false, errNotTaken
+			}
+		}
 		if timedOut() {
 			err = fmt.Errorf("%w: the request could not be sent within %s (%v)", ErrAcceptTimeout, req.AcceptTimeout, err)
 		}
-		return Response{}, fmt.Errorf("write request: %w", err)
+		return Response{}, false, fmt.Errorf("write request: %w", err)
 	}
 
-	limit := frameLimit(c.cfg.maxPayload)
 	for first := true; ; first = false {
-		body, reserved, err := frame.Read(str, limit, str.Scope())
-		if reserved > 0 {
-			// The output becomes the caller's memory once returned.
-			str.Scope().ReleaseMemory(reserved)
-		}
+		f, _ := recvFrame(ctx, cs)
+		body, err := f.body, f.err
 		if err != nil {
+			if first && !cs.used && errors.Is(err, refusedByLimits) {
+				return Response{}, false, fmt.Errorf("%w: %w", errRefused, err)
+			}
 			if errors.Is(err, io.EOF) {
+				if first && cs.used {
+					return Response{}, false, errNotTaken
+				}
 				err = fmt.Errorf("stream closed without a response: %w", ErrTruncated)
 			}
 			if first && timedOut() {
 				err = fmt.Errorf("%w: nothing within %s (%v)", ErrAcceptTimeout, req.AcceptTimeout, err)
 			}
-			return Response{}, fmt.Errorf("read response: %w", err)
+			return Response{}, false, fmt.Errorf("read response: %w", err)
 		}
 		// The first frame stops the accept timer; one that lost the race
 		// with it still counts when it is the whole response.
 		expired := first && !acceptState.CompareAndSwap(acceptWaiting, acceptIn) && acceptState.Load() == acceptExpired
 		resp, accepted, err := decodeServerFrame(body, c.cfg.maxPayload)
 		if err != nil {
-			return Response{}, err
+			return Response{}, false, err
 		}
 		if accepted {
 			if !first {
-				return Response{}, fmt.Errorf("second accept frame: %w", ErrMalformed)
+				return Response{}, false, fmt.Errorf("second accept frame: %w", ErrMalformed)
 			}
 			if expired {
-				return Response{}, fmt.Errorf("read response: %w: accepted after %s, the stream already reset", ErrAcceptTimeout, req.AcceptTimeout)
+				return Response{}, false, fmt.Errorf("read response: %w: accepted after %s, the stream already reset", ErrAcceptTimeout, req.AcceptTimeout)
 			}
 			continue
 		}
 		if resp.ID != req.ID {
-			return Response{}, fmt.Errorf("response for request %q, want %q: %w", workers.Truncate(resp.ID, 32), req.ID, ErrMalformed)
+			return Response{}, false, fmt.Errorf("response for request %q, want %q: %w", workers.Truncate(resp.ID, 32), req.ID, ErrMalformed)
 		}
-		return resp, nil
+		return resp, !expired, nil
+	}
+}
+
+// recvFrame returns the next frame read on cs. The context's end resets
+// the stream, which ends the reader with an error it hands on; ok is
+// false when the context ended first all the same.
+func recvFrame(ctx context.Context, cs *cstream) (frameIn, bool) {
+	select {
+	case f := <-cs.in:
+		return f, true
+	case <-ctx.Done():
+		return frameIn{err: contextError(ctx)}, false
 	}
 }
 

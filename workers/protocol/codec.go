@@ -3,6 +3,7 @@ package protocol
 import (
 	"encoding/binary"
 	"fmt"
+	"io"
 	"sync"
 	"time"
 
@@ -338,4 +339,53 @@ func putBuf(b *[]byte) {
 	}
 	*b = (*b)[:0]
 	bufPool.Put(b)
+}
+
+// largeWrite is the payload or output size from which a frame is written
+// as its head and then the caller's bytes, instead of being copied into
+// one buffer first.
+const largeWrite = 16 << 10
+
+// writeRequest writes r as one frame on w.
+func writeRequest(w io.Writer, r *Request) error {
+	if len(r.Payload) < largeWrite {
+		buf := getBuf()
+		*buf = appendRequest((*buf)[:0], r)
+		_, err := w.Write(*buf)
+		putBuf(buf)
+		return err
+	}
+	head := *r
+	head.Payload = nil
+	return writeFrame(w, appendRequest, &head, r.Payload)
+}
+
+// writeResponse writes r as one frame on w.
+func writeResponse(w io.Writer, r *Response) error {
+	if len(r.Output) < largeWrite {
+		buf := getBuf()
+		*buf = appendResponse((*buf)[:0], r)
+		_, err := w.Write(*buf)
+		putBuf(buf)
+		return err
+	}
+	head := *r
+	head.Output = nil
+	return writeFrame(w, appendResponse, &head, r.Output)
+}
+
+// writeFrame writes the frame appendHead makes of head, whose last field
+// (the payload or output) is left out, with its length counting tail, then
+// tail itself.
+func writeFrame[M any](w io.Writer, appendHead func([]byte, *M) []byte, head *M, tail []byte) error {
+	buf := getBuf()
+	defer putBuf(buf)
+	*buf = appendHead((*buf)[:0], head)
+	b := *buf
+	binary.BigEndian.PutUint32(b, uint32(len(b)-frame.HeaderLen+len(tail)))
+	if _, err := w.Write(b); err != nil {
+		return err
+	}
+	_, err := w.Write(tail)
+	return err
 }

@@ -7,7 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/workmesh/workmesh/node/frame"
@@ -195,9 +194,9 @@ func (s *Server) Incomplete() int {
 // readRequest reads the request frame from str, accounting its body
 // against the bounds on incomplete requests. It is apart from serve and
 // run so that neither's stack frame grows.
-func (s *Server) readRequest(str network.Stream) ([]byte, int, error) {
-	pt := s.incomplete.open(str.Conn().RemotePeer(), str.Scope())
-	body, reserved, err := frame.Read(str, frameLimit(s.cfg.maxPayload), pt)
+func (s *Server) readRequest(c *wstream) ([]byte, int, error) {
+	pt := s.incomplete.open(c.peer, c.str.Scope())
+	body, reserved, err := frame.Read(c, frameLimit(s.cfg.maxPayload), pt)
 	s.incomplete.close(pt, err != nil)
 	return body, reserved, err
 }

@@ -10,9 +10,9 @@ var (
 	descServed = prometheus.NewDesc("workmesh_served_total",
 		"Work requests from peers answered by this node's work server, by outcome.", []string{"outcome"}, nil)
 	descServedMalformed = prometheus.NewDesc("workmesh_served_malformed_total",
-		"Work streams from peers whose request could not be read or decoded.", nil, nil)
+		"Work requests from peers that could not be read or decoded.", nil, nil)
 	descServedDropped = prometheus.NewDesc("workmesh_served_dropped_total",
-		"Work streams from peers that ended without a response for another reason.", nil, nil)
+		"Work requests from peers that ended without a response for another reason.", nil, nil)
 )
 
 // Collector returns a Prometheus collector of the work server's counters

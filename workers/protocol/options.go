@@ -25,6 +25,11 @@ type settings struct {
 	observe        func(ServedRequest)
 	log            logrus.FieldLogger
 	incomplete     incompleteLimits
+	// idleTimeout is how long a server keeps a stream that waits for its
+	// next request; maxIdle and clientIdle are a client's stream pool.
+	idleTimeout time.Duration
+	maxIdle     int
+	clientIdle  time.Duration
 }
 
 // Option configures a Server or a Client.
@@ -40,6 +45,9 @@ func defaults() settings {
 		grace:          DefaultGracePeriod,
 		log:            logrus.StandardLogger(),
 		incomplete:     incompleteLimits{total: DefaultIncompleteTotal, perPeer: DefaultIncompletePerPeer},
+		idleTimeout:    DefaultServerIdleTimeout,
+		maxIdle:        DefaultMaxIdleStreams,
+		clientIdle:     DefaultClientIdleTimeout,
 	}
 }
 
@@ -146,7 +154,7 @@ func WithInterceptor(i Interceptor) Option {
 	return func(c *settings) error { c.intercept = i; return nil }
 }
 
-// WithObserver sets a function called once for every stream the server
+// WithObserver sets a function called once for every request the server
 // handled, after it ended. It runs on the stream's goroutine: keep it short.
 func WithObserver(observe func(ServedRequest)) Option {
 	return func(c *settings) error { c.observe = observe; return nil }
@@ -171,6 +179,40 @@ func WithDefaultTimeout(d time.Duration) Option {
 			return fmt.Errorf("default timeout %s: want a positive duration", d)
 		}
 		c.defaultTimeout = d
+		return nil
+	}
+}
+
+// WithIdleTimeout sets how long a server keeps a stream open that waits
+// for its next request (default DefaultServerIdleTimeout); then it closes
+// the stream, which tells the client that no request it sent meanwhile
+// was taken. It is longer than a client's, so the client closes first. A
+// server option.
+func WithIdleTimeout(d time.Duration) Option {
+	return func(c *settings) error {
+		if d <= 0 {
+			return fmt.Errorf("idle timeout %s: want a positive duration", d)
+		}
+		c.idleTimeout = d
+		return nil
+	}
+}
+
+// WithStreamPool sets a client's pool of work streams: it keeps up to
+// maxIdle streams per peer open between calls, each for at most idle
+// (defaults DefaultMaxIdleStreams and DefaultClientIdleTimeout). A call
+// takes an idle stream, or opens one when all are busy; a stream beyond
+// maxIdle is closed after its call. maxIdle 0 opens a stream for every
+// call, as a client that keeps none. A client option.
+func WithStreamPool(maxIdle int, idle time.Duration) Option {
+	return func(c *settings) error {
+		if maxIdle < 0 || maxIdle > maxMaxIdle {
+			return fmt.Errorf("idle streams per peer %d: want 0 to %d", maxIdle, maxMaxIdle)
+		}
+		if idle <= 0 {
+			return fmt.Errorf("stream idle timeout %s: want a positive duration", idle)
+		}
+		c.maxIdle, c.clientIdle = maxIdle, idle
 		return nil
 	}
 }

@@ -3,6 +3,7 @@ package protocol
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"os"
@@ -282,6 +283,114 @@ func BenchmarkEchoInterleaved(b *testing.B) {
 			b.ReportMetric(float64(w.Nanoseconds())/1e3, "work-median-us")
 			b.ReportMetric(float64(r.Nanoseconds())/1e3, "bare-median-us")
 			b.ReportMetric(float64(w)/float64(r), "ratio")
+		})
+	}
+}
+
+// longEchoID is a bare echo on a stream that stays open: 4-byte length,
+// then the bytes, there and back, one message after the other.
+const longEchoID = "/workmesh-bench/long-echo/1.0.0"
+
+// serveLongEcho answers longEchoID on h.
+func serveLongEcho(h host.Host) {
+	h.SetStreamHandler(longEchoID, func(s network.Stream) {
+		var buf []byte
+		for {
+			var hdr [4]byte
+			if _, err := io.ReadFull(s, hdr[:]); err != nil {
+				_ = s.Close()
+				return
+			}
+			n := int(binary.BigEndian.Uint32(hdr[:]))
+			if n > workers.DefaultMaxPayload {
+				_ = s.Reset()
+				return
+			}
+			buf = append(append(buf[:0], hdr[:]...), make([]byte, n)...)
+			if _, err := io.ReadFull(s, buf[4:]); err != nil {
+				_ = s.Reset()
+				return
+			}
+			if _, err := s.Write(buf); err != nil {
+				_ = s.Reset()
+				return
+			}
+		}
+	})
+}
+
+// BenchmarkEchoVsLongLivedStream alternates one work-protocol echo and one
+// bare echo on a long-lived stream per iteration, on the fixture's two
+// hosts: what the protocol adds over a stream that is already open.
+func BenchmarkEchoVsLongLivedStream(b *testing.B) {
+	f := getEchoFixture(b)
+	serveLongEcho(f.server)
+	ctx := context.Background()
+	s, err := f.client.NewStream(ctx, f.server.ID(), longEchoID)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = s.Close() }()
+	for _, size := range benchSizes {
+		b.Run(fmt.Sprintf("%dB", size), func(b *testing.B) {
+			payload := bytes.Repeat([]byte{'w'}, size)
+			req := Request{ID: "bench", Type: "echo", Payload: payload, AcceptTimeout: 250 * time.Millisecond}
+			work := func() error {
+				ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				defer cancel()
+				resp, err := f.cli.Do(ctx, f.server.ID(), req)
+				if err == nil && (resp.Outcome != workers.Success || len(resp.Output) != size) {
+					err = fmt.Errorf("echo: %v %q", resp.Outcome, resp.Error)
+				}
+				return err
+			}
+			out := binary.BigEndian.AppendUint32(nil, uint32(size))
+			out = append(out, payload...)
+			in := make([]byte, len(out))
+			long := func() error {
+				if _, err := s.Write(out); err != nil {
+					return err
+				}
+				_, err := io.ReadFull(s, in)
+				return err
+			}
+			for range 20 { // warm up
+				if err := work(); err != nil {
+					b.Fatal(err)
+				}
+				if err := long(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			var workLat, longLat []time.Duration
+			var ratios []float64
+			timed := func(op func() error) time.Duration {
+				start := time.Now()
+				if err := op(); err != nil {
+					b.Fatal(err)
+				}
+				return time.Since(start)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				var w, l time.Duration
+				if i%2 == 0 {
+					w, l = timed(work), timed(long)
+				} else {
+					l, w = timed(long), timed(work)
+				}
+				workLat, longLat = append(workLat, w), append(longLat, l)
+				ratios = append(ratios, float64(w)/float64(l))
+			}
+			b.StopTimer()
+			slices.Sort(workLat)
+			slices.Sort(longLat)
+			slices.Sort(ratios)
+			w, l := workLat[len(workLat)/2], longLat[len(longLat)/2]
+			b.ReportMetric(float64(w.Nanoseconds())/1e3, "work-median-us")
+			b.ReportMetric(float64(l.Nanoseconds())/1e3, "long-median-us")
+			b.ReportMetric(ratios[len(ratios)/2], "ratio")
 		})
 	}
 }

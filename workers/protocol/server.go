@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,8 +20,9 @@ import (
 	"github.com/workmesh/workmesh/workers/pool"
 )
 
-// ServedRequest describes one stream the server handled, for metrics and
-// logs (see WithObserver).
+// ServedRequest describes one request the server handled (a stream
+// carries one or more, one after the other), for metrics and logs (see
+// WithObserver).
 type ServedRequest struct {
 	// Peer is the requesting peer.
 	Peer peer.ID
@@ -31,17 +33,19 @@ type ServedRequest struct {
 	// Err says why no response was sent: a malformed or truncated request,
 	// a client that went away, a failed write. Nil when a response was sent.
 	Err error
-	// Duration is the time from the stream's arrival to its end.
+	// Duration is the time from the request's arrival (its stream's, for
+	// the first request of a stream) to its end.
 	Duration time.Duration
 }
 
-// ServerStats counts the streams a server handled.
+// ServerStats counts the requests a server handled.
 type ServerStats struct {
 	// ByOutcome counts responses sent, by outcome.
 	ByOutcome map[workers.Outcome]uint64
-	// Malformed counts streams whose request could not be read or decoded.
+	// Malformed counts requests that could not be read or decoded (each
+	// ends its stream).
 	Malformed uint64
-	// Dropped counts streams ended without a response for any other
+	// Dropped counts requests ended without a response for any other
 	// reason: the client went away or broke the protocol after its
 	// request, the resource manager refused the stream, the response could
 	// not be written, fault injection dropped it (WithInterceptor).
@@ -64,8 +68,9 @@ type Server struct {
 	mu     sync.RWMutex
 	closed bool
 	wg     sync.WaitGroup
-	// serving counts the streams being handled, for Drain; it is never
-	// shut (Close refuses streams itself).
+	// serving counts the requests being handled, for Drain (a stream
+	// waiting for its next request is not); it is never shut (Close
+	// refuses streams itself).
 	serving workers.Gate
 	// draining is set by Drain: responses are held until acknowledged,
 	// at most ackWait.
@@ -149,8 +154,11 @@ func (s *Server) Close() error {
 	return nil
 }
 
-// handle serves one stream. Every path ends the stream: Close after a
-// response was written, Reset otherwise.
+// handle serves one stream: its requests one after the other, until the
+// client closes it, the stream breaks, or the server ends it (between
+// requests: its idle timeout, Close, or a response sent while draining).
+// Every path ends the stream: Close when no request is left unanswered,
+// Reset otherwise.
 func (s *Server) handle(str network.Stream) {
 	s.mu.RLock()
 	if s.closed {
@@ -161,14 +169,36 @@ func (s *Server) handle(str network.Stream) {
 	s.wg.Add(1)
 	s.mu.RUnlock()
 	defer s.wg.Done()
+
+	c := &wstream{str: str, peer: str.Conn().RemotePeer()}
+	c.state.Store(streamBusy)
+	defer context.AfterFunc(s.ctx, c.endIdle)()
+	// The first request, as on a stream that carries only one, is bounded
+	// from the stream's arrival.
+	_ = str.SetDeadline(time.Now().Add(s.cfg.readTimeout))
+	for {
+		s.serveOne(c)
+		if !c.keep || !s.next(c) {
+			break
+		}
+	}
+	if w := c.watch; w != nil {
+		<-w.done // the stream has ended, and with it the watchdog's read
+	}
+}
+
+// serveOne serves the stream's next request; c.keep says afterwards
+// whether the stream may carry another one.
+func (s *Server) serveOne(c *wstream) {
+	c.keep = false
 	s.serving.Enter()
 	defer s.serving.Leave()
-
-	sr := ServedRequest{Peer: str.Conn().RemotePeer()}
+	sr := ServedRequest{Peer: c.peer}
 	start := time.Now()
 	defer func() {
 		if v := recover(); v != nil {
-			_ = str.Reset()
+			_ = c.str.Reset()
+			c.keep = false
 			sr.Outcome, sr.Err = 0, fmt.Errorf("work server panicked: %v", v)
 			s.cfg.log.WithField("peer", sr.Peer).Errorf("work server panicked: %v", v)
 		}
@@ -180,21 +210,117 @@ func (s *Server) handle(str network.Stream) {
 			s.cfg.observe(sr)
 		}
 	}()
-	s.serve(str, start, &sr)
+	s.serve(c, &sr)
 }
 
-func (s *Server) serve(str network.Stream, start time.Time, sr *ServedRequest) {
-	_ = str.SetDeadline(start.Add(s.cfg.readTimeout))
-	body, reserved, err := s.readRequest(str)
+// next waits for the first byte of the stream's next request, which
+// serveOne then reads on. While it waits the stream is idle: it holds no
+// work slot, counts as no incomplete request and is not being served for
+// Drain. It reports false when the stream ended instead: the client
+// closed it (or broke it), or the server ended it, by the idle timeout
+// (Close: the client learns that no request of its was taken) or because
+// the server is closing.
+func (s *Server) next(c *wstream) bool {
+	c.state.Store(streamIdle)
+	if s.ctx.Err() != nil {
+		c.endIdle()
+		return false
+	}
+	_ = c.str.SetDeadline(time.Now().Add(s.cfg.idleTimeout))
+	var n int
+	var err error
+	if w := c.watch; w != nil {
+		// The watchdog's read, pending since the last request outlasted
+		// its grace period, is this one.
+		c.watch = nil
+		<-w.done
+		n, err, c.first[0] = w.n, w.err, w.b[0]
+	} else {
+		n, err = c.str.Read(c.first[:])
+	}
+	if !c.state.CompareAndSwap(streamIdle, streamBusy) {
+		return false // endIdle ended it; whatever arrived is not taken
+	}
+	if n == 0 {
+		switch {
+		case errors.Is(err, io.EOF):
+			_ = c.str.Close() // the client is done with it
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			_ = c.str.Close()
+		default:
+			_ = c.str.Reset()
+			s.cfg.log.WithField("peer", c.peer).Debugf("idle work stream ended: %v", err)
+		}
+		return false
+	}
+	c.pending = true
+	_ = c.str.SetDeadline(time.Now().Add(s.cfg.readTimeout))
+	return true
+}
+
+// The states of a server's stream (wstream.state).
+const (
+	streamBusy int32 = iota
+	streamIdle
+	streamEnded
+)
+
+// wstream is a work stream on the server's side, for as long as it
+// carries requests.
+type wstream struct {
+	str  network.Stream
+	peer peer.ID
+	// state is streamIdle while the stream waits for a request (only
+	// then may endIdle end it), streamBusy while it carries one.
+	state atomic.Int32
+	// first is the first byte of the next request, read by next; pending
+	// says Read has not returned it yet.
+	first   [1]byte
+	pending bool
+	// watch is the watchdog of the last request, whose read is the
+	// stream's next one; nil when there is none.
+	watch *watchdog
+	// keep is set once a response is written on a stream that may carry
+	// the next request.
+	keep bool
+	// grace is the stream's grace timer (execute); when it fires, fire
+	// sends the watchdog it starts for the request in ticket and accept
+	// on fired.
+	grace  *time.Timer
+	fired  chan *watchdog
+	ticket atomic.Pointer[pool.Ticket]
+	accept atomic.Bool
+}
+
+// Read reads the stream, starting with the byte next read.
+func (c *wstream) Read(b []byte) (int, error) {
+	if c.pending && len(b) > 0 {
+		c.pending = false
+		b[0] = c.first[0]
+		return 1, nil
+	}
+	return c.str.Read(b)
+}
+
+// endIdle ends the stream if it is waiting for a request: the server is
+// closing. A stream carrying a request ends after its response (next).
+func (c *wstream) endIdle() {
+	if c.state.CompareAndSwap(streamIdle, streamEnded) {
+		_ = c.str.Close()
+	}
+}
+
+func (s *Server) serve(c *wstream, sr *ServedRequest) {
+	body, reserved, err := s.readRequest(c)
 	if reserved > 0 {
-		defer str.Scope().ReleaseMemory(reserved)
+		defer c.str.Scope().ReleaseMemory(reserved)
 	}
 	if err == nil {
 		var req Request
 		req, err = decodeRequest(body, s.cfg.maxPayload)
 		if err == nil {
 			sr.ID, sr.Type = req.ID, req.Type
-			s.run(str, &req, sr)
+			s.run(c, &req, sr)
 			return
 		}
 	}
@@ -203,17 +329,17 @@ func (s *Server) serve(str network.Stream, start time.Time, sr *ServedRequest) {
 	}
 	s.malformed.Add(1)
 	sr.Err = fmt.Errorf("read request: %w", err)
-	_ = str.Reset()
+	_ = c.str.Reset()
 }
 
 // run executes a decoded request and answers it.
-func (s *Server) run(str network.Stream, req *Request, sr *ServedRequest) {
+func (s *Server) run(c *wstream, req *Request, sr *ServedRequest) {
 	if s.cfg.allow != nil && !s.cfg.allow(sr.Peer) {
-		s.respond(str, req, workers.Fail(workers.Denied, "peer %s is not allowed to submit work here", sr.Peer), sr)
+		s.respond(c, req, workers.Fail(workers.Denied, "peer %s is not allowed to submit work here", sr.Peer), sr)
 		return
 	}
 	if s.cfg.limiter != nil {
-		if !s.acquire(str, req, sr) {
+		if !s.acquire(c, req, sr) {
 			return
 		}
 		defer s.release(sr.Peer)
@@ -225,12 +351,12 @@ func (s *Server) run(str network.Stream, req *Request, sr *ServedRequest) {
 	deadline := time.Now().Add(budget)
 	ctx, cancel := context.WithDeadline(s.ctx, deadline)
 	defer cancel()
-	_ = str.SetDeadline(deadline.Add(writeSlack))
+	_ = c.str.SetDeadline(deadline.Add(writeSlack))
 
 	// A peer's work takes only the peers' share (local-reserve).
 	t, res, ok := s.pool.AdmitPeer(ctx, req.Type, req.Payload)
 	if ok {
-		res = s.execute(str, req, t)
+		res = s.execute(c, req, t)
 		// The ticket's context keeps the first cause it was cancelled with.
 		if cause := context.Cause(t.Context()); errors.Is(cause, ErrClientGone) || errors.Is(cause, ErrMalformed) ||
 			errors.Is(cause, workers.ErrDropped) {
@@ -238,20 +364,20 @@ func (s *Server) run(str network.Stream, req *Request, sr *ServedRequest) {
 			// protocol, or fault injection dropped it: do not write one.
 			s.dropped.Add(1)
 			sr.Err = cause
-			_ = str.Reset()
+			_ = c.str.Reset()
 			return
 		}
 	}
-	s.respond(str, req, res, sr)
+	s.respond(c, req, res, sr)
 }
 
 // acquire asks the peer limiter whether sr's peer may run req, and
 // answers the refusal when it may not. It is apart from run, whose stack
 // frame every stream's goroutine carries.
-func (s *Server) acquire(str network.Stream, req *Request, sr *ServedRequest) bool {
+func (s *Server) acquire(c *wstream, req *Request, sr *ServedRequest) bool {
 	res, ok := s.cfg.limiter.Acquire(sr.Peer)
 	if !ok {
-		s.respond(str, req, res, sr)
+		s.respond(c, req, res, sr)
 	}
 	return ok
 }
@@ -264,13 +390,15 @@ func (s *Server) release(p peer.ID) { s.cfg.limiter.Release(p) }
 // work, or work that waits in the queue, gets a watchdog goroutine that
 // sends the accept frame when the client asked for one, then keeps a read
 // pending on the stream and cancels the work when the client resets it.
-func (s *Server) execute(str network.Stream, req *Request, t *pool.Ticket) workers.Result {
+// That read is never stopped: once the work is done, it becomes the
+// stream's wait for its next request (c.watch), so the stream stays
+// whole on every transport, with or without deadlines.
+func (s *Server) execute(c *wstream, req *Request, t *pool.Ticket) workers.Result {
 	grace := s.cfg.grace
 	if req.AcceptTimeout > 0 {
 		grace = min(grace, req.AcceptTimeout/4)
 	}
-	w := &watchdog{str: str, ticket: t, accept: req.AcceptTimeout > 0, done: make(chan struct{})}
-	timer := time.AfterFunc(grace, w.run)
+	c.arm(t, req.AcceptTimeout > 0, grace)
 	res, intercepted := workers.Result{}, false
 	if s.cfg.intercept != nil {
 		res, intercepted = s.cfg.intercept.Intercept(s.pool, t)
@@ -278,21 +406,60 @@ func (s *Server) execute(str network.Stream, req *Request, t *pool.Ticket) worke
 	if !intercepted {
 		res = s.pool.RunInline(t)
 	}
-	if !timer.Stop() {
-		w.stop(s.draining.Load()) // it fired: end its read and wait for it
+	if !c.grace.Stop() {
+		// It fired: the watchdog's accept frame goes first, its read is
+		// the stream's next.
+		w := <-c.fired
+		w.takeOver()
+		c.watch = w
 	}
 	return res
 }
 
+// arm starts the stream's grace timer for the request whose ticket is t.
+// The timer is the stream's, set again for each request, so work done
+// within the grace period allocates no watchdog.
+func (c *wstream) arm(t *pool.Ticket, accept bool, grace time.Duration) {
+	c.ticket.Store(t)
+	c.accept.Store(accept)
+	if c.grace == nil {
+		c.fired = make(chan *watchdog, 1)
+		c.grace = time.AfterFunc(grace, c.fire)
+		return
+	}
+	c.grace.Reset(grace)
+}
+
+// fire starts the watchdog of the request whose work outlasted its grace
+// period; execute takes it from c.fired.
+func (c *wstream) fire() {
+	w := &watchdog{str: c.str, ticket: c.ticket.Load(), accept: c.accept.Load(), wrote: make(chan struct{}), done: make(chan struct{})}
+	c.fired <- w
+	w.run()
+}
+
+// The states of a watchdog.
+const (
+	watchWatching  int32 = iota
+	watchTakenOver       // the work is done: the read's result is the stream's
+	watchEnded           // the read (or the accept frame's write) ended first
+)
+
 // watchdog watches a request's stream while its work runs. It is started
-// by a timer and stopped by the stream's goroutine, which waits for it, so
-// the accept frame is always written before the response.
+// by a timer; when the work is done, the stream's goroutine takes it over
+// (takeOver), after its accept frame is written so that it always goes
+// before the response.
 type watchdog struct {
-	str      network.Stream
-	ticket   *pool.Ticket // the work: its context is cancelled through it
-	accept   bool
-	stopping atomic.Bool
-	done     chan struct{}
+	str    network.Stream
+	ticket *pool.Ticket // the work: its context is cancelled through it
+	accept bool
+	state  atomic.Int32
+	wrote  chan struct{} // closed once the accept frame is written, or failed
+	done   chan struct{} // closed once the read returned
+	// The read's result, set before done is closed.
+	b   [1]byte
+	n   int
+	err error
 }
 
 func (w *watchdog) run() {
@@ -300,76 +467,64 @@ func (w *watchdog) run() {
 	if w.accept {
 		var accept [frame.HeaderLen + 1]byte
 		if _, err := w.str.Write(appendAccept(accept[:0])); err != nil {
-			w.ticket.Cancel(fmt.Errorf("%w: write accept frame: %v", ErrClientGone, err))
+			w.err = err
+			if w.state.CompareAndSwap(watchWatching, watchEnded) {
+				w.ticket.Cancel(fmt.Errorf("%w: write accept frame: %v", ErrClientGone, err))
+			}
+			close(w.wrote)
 			return
 		}
 	}
-	// The client keeps its write side open while it waits, so this read
-	// only ends with an error: its reset, a lost connection, or stop.
-	var b [1]byte
-	n, err := w.str.Read(b[:])
+	close(w.wrote)
+	// The client keeps its write side open while it waits and sends its
+	// next request only once it has the response, so before the work is
+	// done this read ends only with an error: its reset or a lost
+	// connection. After, it is the first byte of the next request or the
+	// client's end of the stream.
+	w.n, w.err = w.str.Read(w.b[:])
+	if !w.state.CompareAndSwap(watchWatching, watchEnded) {
+		return // taken over: the result is the stream's next read
+	}
 	switch {
-	case n > 0:
+	case w.n > 0:
 		w.ticket.Cancel(fmt.Errorf("unexpected bytes after the request: %w", ErrMalformed))
-	case w.stopping.Load():
-		// Ended on purpose by stop.
-	case err != nil && !errors.Is(err, io.EOF):
-		w.ticket.Cancel(fmt.Errorf("%w: %v", ErrClientGone, err))
+	case w.err != nil && !errors.Is(w.err, io.EOF):
+		w.ticket.Cancel(fmt.Errorf("%w: %v", ErrClientGone, w.err))
 	}
 }
 
-// stop ends the pending read (a deadline in the past also ends a read not
-// yet started) and waits for run to return. Closing the read side ends it
-// where the transport ignores deadlines (mocknet does; there the response
-// was never sent): nothing more is read from the client after its request.
-// While the server drains, the read side stays open for the client's
-// acknowledgement (awaitAck): it is closed only when the deadline has not
-// ended the read within stopWait.
-func (w *watchdog) stop(draining bool) {
-	w.stopping.Store(true)
-	_ = w.str.SetReadDeadline(time.Now())
-	if draining && w.endsWithin(stopWait) {
-		return
-	}
-	_ = w.str.CloseRead()
-	<-w.done
-}
-
-// endsWithin reports whether run returns within d.
-func (w *watchdog) endsWithin(d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-w.done:
-		return true
-	case <-t.C:
-		return false
+// takeOver waits for the accept frame to be written, then takes the
+// pending read over for the stream; if the read has ended already, it
+// waits until run has acted on it (the ticket's cause says how).
+func (w *watchdog) takeOver() {
+	<-w.wrote
+	if !w.state.CompareAndSwap(watchWatching, watchTakenOver) {
+		<-w.done
 	}
 }
 
-// respond writes the response frame and closes the stream, or resets it
-// when writing fails.
-func (s *Server) respond(str network.Stream, req *Request, res workers.Result, sr *ServedRequest) {
+// respond writes the response frame, then keeps the stream for the next
+// request (c.keep), or closes it after the client's acknowledgement while
+// the server drains; it resets the stream when writing fails.
+func (s *Server) respond(c *wstream, req *Request, res workers.Result, sr *ServedRequest) {
 	if len(res.Output) > s.cfg.maxPayload {
 		res = workers.Fail(workers.PermanentError, "%s: output of %d bytes exceeds the limit of %d", req.Type, len(res.Output), s.cfg.maxPayload)
 	}
 	resp := Response{ID: req.ID, Result: res}
-	buf := getBuf()
-	*buf = appendResponse((*buf)[:0], &resp)
-	_, err := str.Write(*buf)
-	putBuf(buf)
-	if err != nil {
+	if err := writeResponse(c.str, &resp); err != nil {
 		s.dropped.Add(1)
 		sr.Err = fmt.Errorf("write response: %w", err)
-		_ = str.Reset()
+		_ = c.str.Reset()
 		return
 	}
 	s.byOutcome[res.Outcome].Add(1)
 	sr.Outcome = res.Outcome
 	if s.draining.Load() {
-		s.awaitAck(str)
+		s.awaitAck(c)
+		_ = c.str.Close()
+		return
 	}
-	_ = str.Close()
+	c.keep = true
 }
 
 // awaitAck half-closes a stream whose response is written and waits until
@@ -378,25 +533,38 @@ func (s *Server) respond(str network.Stream, req *Request, res workers.Result, s
 // draining node closes its connections once Drain returns, and QUIC
 // discards, with the connection, a response the client has not read yet.
 // The wait for the FIN ends at ackWait, or when the server closes, by
-// closing the read side: the response itself stays on its way. (When
-// Drain began only after a watchdog had closed the read side, there is no
-// wait: the stack's drain serves on for a second after it began anyway.)
-func (s *Server) awaitAck(str network.Stream) {
+// closing the read side: the response itself stays on its way. Bytes the
+// client sent meanwhile (a next request, sent before it saw the FIN) are
+// not taken: the FIN told it so.
+func (s *Server) awaitAck(c *wstream) {
 	ctx, cancel := context.WithTimeout(s.ctx, s.ackWait)
 	defer cancel()
 	// CloseRead ends the read on every transport, deadline or not.
-	defer context.AfterFunc(ctx, func() { _ = str.CloseRead() })()
-	_ = str.CloseWrite()
-	_ = str.SetReadDeadline(time.Now().Add(s.ackWait))
+	defer context.AfterFunc(ctx, func() { _ = c.str.CloseRead() })()
+	_ = c.str.CloseWrite()
+	_ = c.str.SetReadDeadline(time.Now().Add(s.ackWait))
+	if w := c.watch; w != nil {
+		c.watch = nil
+		<-w.done
+		if w.n == 0 {
+			s.acked(c, w.err)
+			return
+		}
+	}
 	var b [64]byte
 	for {
-		_, err := str.Read(b[:])
-		if errors.Is(err, io.EOF) {
-			return
-		}
+		_, err := c.str.Read(b[:])
 		if err != nil {
-			s.cfg.log.WithField("peer", str.Conn().RemotePeer()).Debugf("draining: no acknowledgement of a response: %v", err)
+			s.acked(c, err)
 			return
 		}
+	}
+}
+
+// acked logs an acknowledgement wait that ended with err other than the
+// client's FIN.
+func (s *Server) acked(c *wstream, err error) {
+	if !errors.Is(err, io.EOF) {
+		s.cfg.log.WithField("peer", c.peer).Debugf("draining: no acknowledgement of a response: %v", err)
 	}
 }

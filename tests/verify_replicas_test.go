@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/workmesh/workmesh/config"
 	"github.com/workmesh/workmesh/workers"
@@ -45,8 +46,13 @@ func TestVerifyStartsAgreeReplicasFirst(t *testing.T) {
 			cVoted := 0
 			// Honest: 30 requests. Otherwise: until c cast a vote in 5
 			// requests (the rating and the dispute cordon keep it out of
-			// later ones), at most 200.
-			for i := 0; i < 200 && (tc.third != nil && cVoted < 5 || tc.third == nil && i < 30); i++ {
+			// later ones), at most 2,000 or 10s. Until the gateway's
+			// ranking rates a and b, the three are unrated and taken in
+			// rank order, and the first two agree: c is explored only
+			// once the ranking rated the other two, which 200 requests
+			// over reused streams can outrun.
+			start := time.Now()
+			for i := 0; i < 2000 && time.Since(start) < 10*time.Second && (tc.third != nil && cVoted < 5 || tc.third == nil && i < 30); i++ {
 				payload := "p" + strconv.Itoa(i)
 				before := hits.total()
 				res := gw.submit(t, dispatch.WorkRequest{Type: "sha256", Payload: []byte(payload), Verify: verify})
@@ -68,7 +74,7 @@ func TestVerifyStartsAgreeReplicasFirst(t *testing.T) {
 				}
 			}
 			if tc.third != nil && cVoted == 0 {
-				t.Fatal("c never cast a vote in 200 requests")
+				t.Fatalf("c never cast a vote in the requests of %s", time.Since(start).Round(time.Millisecond))
 			}
 			t.Logf("c voted in %d requests", cVoted)
 			if d := gw.disp.Selector().Liveness().Disputes(string(c.node.ID())); (tc.name == "liar") != (d > 0) {

@@ -126,7 +126,7 @@ func hedgesOf(res WorkResult) (hedges int) {
 // proves its own measured delay passed.
 func TestHedge_FiresAtMeasuredDelayNeverOnWrites(t *testing.T) {
 	d, g := hedgeMesh(t, func(c *config.Config) {
-		c.Hedge = config.HedgeConfig{Delay: time.Minute, MaxCount: 1, Quantile: 0.95,
+		c.Hedge = config.HedgeConfig{Delay: time.Minute, MaxCount: 1, Quantile: 0.95, Factor: 1,
 			DelayMin: time.Millisecond, DelayMax: 200 * time.Millisecond, Window: time.Minute, MinSamples: 10}
 	})
 	for _, wt := range []string{"read", "write"} {

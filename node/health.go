@@ -162,6 +162,7 @@ func (n *Node) Ping(ctx context.Context, p peer.ID) (time.Duration, HealthAnswer
 		return 0, HealthAnswer{}, fmt.Errorf("health ping %s: %w", p, err)
 	}
 	rtt := time.Since(start)
+	n.heard(ctx, p, ans.Sequence)
 	if ans.Error != "" {
 		msg := ans.Error
 		if len(msg) > maxUnhealthyText {
@@ -170,6 +171,19 @@ func (n *Node) Ping(ctx context.Context, p peer.ID) (time.Duration, HealthAnswer
 		return rtt, ans, fmt.Errorf("health ping %s: %w: %q", p, ErrUnhealthy, msg)
 	}
 	return rtt, ans, nil
+}
+
+// heard keeps a peer that answered a health ping known: the record held
+// stays fresh while the peer keeps naming its sequence (PeerTable.Heard),
+// and a newer sequence, an announcement this node missed, is fetched from
+// the peer at once, within ctx.
+func (n *Node) heard(ctx context.Context, p peer.ID, seq uint64) {
+	if seq == 0 || !n.table.Heard(p, seq) {
+		return
+	}
+	if _, err := n.fetchNodeData(ctx, p, false); err != nil && ctx.Err() == nil {
+		n.log.WithField("peer", p.String()).Debugf("fetch the newer record a health answer named: %v", err)
+	}
 }
 
 func (n *Node) handleNodeData(s network.Stream) {

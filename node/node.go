@@ -345,12 +345,16 @@ func (n *Node) current() *SignedNodeData { return n.records.current() }
 func (n *Node) Announce() { n.records.announce() }
 
 // SetWorkTypes changes the work types the node advertises and announces the
-// change at once.
+// change at once. The types the record already advertises, in the same
+// order, change nothing and publish nothing.
 func (n *Node) SetWorkTypes(types []string) error {
-	if err := n.records.setWorkTypes(n.ctx, types); err != nil {
+	changed, err := n.records.setWorkTypes(n.ctx, types)
+	if err != nil {
 		return fmt.Errorf("set work types: %w", err)
 	}
-	n.dht.workTypesChanged()
+	if changed {
+		n.dht.workTypesChanged()
+	}
 	return nil
 }
 

@@ -347,13 +347,19 @@ func (w *watchdog) endsWithin(d time.Duration) bool {
 	}
 }
 
+// load is the pool's load now, carried in every response.
+func (s *Server) load() Load {
+	st := s.pool.Stats()
+	return Load{InFlight: st.InFlight, Queued: st.Queued, Known: true}
+}
+
 // respond writes the response frame and closes the stream, or resets it
 // when writing fails.
 func (s *Server) respond(str network.Stream, req *Request, res workers.Result, sr *ServedRequest) {
 	if len(res.Output) > s.cfg.maxPayload {
 		res = workers.Fail(workers.PermanentError, "%s: output of %d bytes exceeds the limit of %d", req.Type, len(res.Output), s.cfg.maxPayload)
 	}
-	resp := Response{ID: req.ID, Result: res}
+	resp := Response{ID: req.ID, Result: res, Load: s.load()}
 	buf := getBuf()
 	*buf = appendResponse((*buf)[:0], &resp)
 	_, err := str.Write(*buf)

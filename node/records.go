@@ -53,6 +53,7 @@ type recordPublisher struct {
 	workTypes []string
 	seq       uint64
 	cur       atomic.Pointer[SignedNodeData]
+	sent      atomic.Pointer[SignedNodeData] // the record last published on gossip
 	reach     atomic.Int32 // topic peers the current record was published to
 
 	wg sync.WaitGroup
@@ -200,8 +201,20 @@ func (r *recordPublisher) resignLocked() error {
 	return nil
 }
 
-// publish gossips the current record.
+// publish gossips the current record. A record already published is
+// re-signed first: gossip message IDs are the hash of the bytes, so the
+// same bytes again would be dropped as a duplicate, here and at every peer
+// that saw them, and never reach the peers the publication is for.
 func (r *recordPublisher) publish(ctx context.Context) {
+	cur := r.current()
+	if r.sent.Load() == cur {
+		if err := r.resign(); err != nil {
+			r.log.Errorf("announce: %v", err)
+			return
+		}
+		cur = r.current()
+	}
+	r.sent.Store(cur)
 	peers := int32(len(r.gossip.ann.Peers()))
 	for {
 		n := r.reach.Load()
@@ -209,7 +222,7 @@ func (r *recordPublisher) publish(ctx context.Context) {
 			break
 		}
 	}
-	if err := r.gossip.ann.Publish(ctx, r.current().Envelope); err != nil && ctx.Err() == nil {
+	if err := r.gossip.ann.Publish(ctx, cur.Envelope); err != nil && ctx.Err() == nil {
 		r.log.Debugf("announce: %v", err)
 	}
 }

@@ -54,7 +54,7 @@ type recordPublisher struct {
 	seq       uint64
 	cur       atomic.Pointer[SignedNodeData]
 	sent      atomic.Pointer[SignedNodeData] // the record last published on gossip
-	reach     atomic.Int32 // topic peers the current record was published to
+	reach     atomic.Int32                   // topic peers the current record was published to
 
 	wg sync.WaitGroup
 }

@@ -201,6 +201,10 @@ func (r *recordPublisher) resignLocked() error {
 	return nil
 }
 
+// published reports whether the current record has been published on
+// gossip.
+func (r *recordPublisher) published() bool { return r.sent.Load() == r.current() }
+
 // publish gossips the current record. A record already published is
 // re-signed first: gossip message IDs are the hash of the bytes, so the
 // same bytes again would be dropped as a duplicate, here and at every peer

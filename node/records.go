@@ -49,12 +49,13 @@ type recordPublisher struct {
 	onInterval func()
 	kick       chan struct{} // re-sign and publish now
 
-	mu        sync.Mutex // guards workTypes, seq and re-signing
-	workTypes []string
-	seq       uint64
-	cur       atomic.Pointer[SignedNodeData]
-	sent      atomic.Pointer[SignedNodeData] // the record last published on gossip
-	reach     atomic.Int32                   // topic peers the current record was published to
+	mu           sync.Mutex // guards workTypes, seq and re-signing
+	workTypes    []string
+	seq          uint64
+	cur          atomic.Pointer[SignedNodeData]
+	sent         atomic.Pointer[SignedNodeData] // the record last published on gossip
+	publications atomic.Uint64                  // publications on gossip (RecordsPublished)
+	reach        atomic.Int32                   // topic peers the current record was published to
 
 	wg sync.WaitGroup
 }
@@ -205,6 +206,10 @@ func (r *recordPublisher) resignLocked() error {
 // gossip.
 func (r *recordPublisher) published() bool { return r.sent.Load() == r.current() }
 
+// RecordsPublished returns how many times the node has published its own
+// record on gossip: each publication reaches every node of the network.
+func (n *Node) RecordsPublished() uint64 { return n.records.publications.Load() }
+
 // publish gossips the current record. A record already published is
 // re-signed first: gossip message IDs are the hash of the bytes, so the
 // same bytes again would be dropped as a duplicate, here and at every peer
@@ -219,6 +224,7 @@ func (r *recordPublisher) publish(ctx context.Context) {
 		cur = r.current()
 	}
 	r.sent.Store(cur)
+	r.publications.Add(1)
 	peers := int32(len(r.gossip.ann.Peers()))
 	for {
 		n := r.reach.Load()
@@ -260,7 +266,7 @@ func (r *recordPublisher) announceLoop(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(announceMinGap):
+		case <-time.After(min(announceMinGap, r.interval)):
 		}
 	}
 }

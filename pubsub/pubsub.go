@@ -54,6 +54,23 @@ func MessageID(data []byte) string {
 	return hex.EncodeToString(sum[:])
 }
 
+// MessageFormat returns the gossipsub options that set the network's
+// message format, which every peer on the topic must share: messages carry
+// neither an author nor a signature of gossipsub's own, and a message that
+// does is refused (an announcement is a record signed by the peer it
+// speaks for, which the Verifier checks, so a second signature over the
+// same bytes would only double the checks); the message ID is the hash of
+// the bytes (MessageID), so copies of one record published by several
+// peers are one message, and a copy is dropped as a duplicate before it
+// costs a check. A bad message counts against the peer that passed it on.
+func MessageFormat() []lpubsub.Option {
+	return []lpubsub.Option{
+		lpubsub.WithNoAuthor(),
+		lpubsub.WithMessageSignaturePolicy(lpubsub.StrictNoSign),
+		lpubsub.WithMessageIdFn(func(m *pb.Message) string { return MessageID(m.GetData()) }),
+	}
+}
+
 // Option configures an Announcer.
 type Option func(*options) error
 
@@ -201,19 +218,8 @@ func New(ctx context.Context, h host.Host, network string, verify Verifier, deli
 		return nil, err
 	}
 
-	gopts := append([]lpubsub.Option{
-		// Messages carry neither an author nor a signature of gossipsub's
-		// own, and a message that does is refused: an announcement is a
-		// record signed by the peer it speaks for, which the Verifier
-		// checks, so a second signature over the same bytes would only
-		// double the checks. The message ID is the hash of the bytes
-		// (MessageID): copies of one record published by several peers
-		// are one message, and a copy is dropped as a duplicate before it
-		// costs a check. A bad message counts against the peer that
-		// passed it on.
-		lpubsub.WithNoAuthor(),
-		lpubsub.WithMessageSignaturePolicy(lpubsub.StrictNoSign),
-		lpubsub.WithMessageIdFn(func(m *pb.Message) string { return MessageID(m.GetData()) }),
+	gopts := append(MessageFormat(), append([]lpubsub.Option{
+		// The network's message format (MessageFormat).
 		// A node's own announcement goes to every topic peer it is
 		// connected to, not only to its mesh: a node that just connected
 		// has no mesh until the next heartbeat (up to a second), and
@@ -234,7 +240,7 @@ func New(ctx context.Context, h host.Host, network string, verify Verifier, deli
 		// reaches the verifier, which rejects what is beyond the rate
 		// itself, and that is what sinks the peer's score.
 		lpubsub.WithAppSpecificRpcInspector(NewPeerBuckets(2*o.peerRate, 2*o.peerBurst).inspect(&a.shed)),
-	}, o.gossipOpts...)
+	}, o.gossipOpts...)...)
 	ps, err := lpubsub.NewGossipSub(ctx, h, gopts...)
 	if err != nil {
 		return fail(fmt.Errorf("pubsub: start gossipsub: %w", err))

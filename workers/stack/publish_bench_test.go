@@ -2,6 +2,7 @@ package stack
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"sync"
 	"testing"
@@ -16,8 +17,8 @@ import (
 // BenchmarkRecordPublishRate measures how often a whole node publishes its
 // own record on gossip (each publication reaches every node of the
 // network), per second: over a window of the node idle (publish/s-idle) and
-// one with its local worker under load, four callers running 20ms sleeps
-// back to back (publish/s-load). Load changes publish nothing: what is left
+// one with its local worker under load, four callers running sleeps of 5
+// to 95ms back to back (publish/s-load). Load changes publish nothing: what is left
 // is the announce-interval refresh (every 5m by default), which a window of
 // seconds rarely sees. Each window is 3s.
 func BenchmarkRecordPublishRate(b *testing.B) {
@@ -42,10 +43,13 @@ func BenchmarkRecordPublishRate(b *testing.B) {
 		defer stop()
 		var wg sync.WaitGroup
 		if load {
-			for range 4 {
+			for c := range 4 {
 				wg.Go(func() {
-					for wctx.Err() == nil {
-						s.Dispatch(wctx, dispatch.WorkRequest{Type: "sleep", Payload: []byte("20ms"), Timeout: time.Second})
+					// Sleeps of 5 to 95ms, so that the load seen at any
+					// moment varies.
+					for i := c; wctx.Err() == nil; i++ {
+						d := fmt.Sprintf("%dms", 5+(i*37)%91)
+						s.Dispatch(wctx, dispatch.WorkRequest{Type: "sleep", Payload: []byte(d), Timeout: time.Second})
 					}
 				})
 			}

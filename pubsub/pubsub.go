@@ -173,12 +173,17 @@ type Announcer struct {
 // loses records: of 200 records published back to back by one peer, a node
 // dropped 9 and 23 for a full validation queue in two of three runs
 // (TestNetworkGossipBurstKeepsEveryRecord), lost unless a duplicate, a sync
-// or the next announcement brings them again. 256 holds such a burst; a
-// sustained overload still sheds messages, counted in Dropped. A queued
-// message is a pointer.
+// or the next announcement brings them again. 256 held such a burst. With
+// records re-announced only on change (and every few minutes), a record
+// lost to a full queue stays lost until a sync or that refresh: the queues
+// hold a whole network forming, every node's record at once (of 200 nodes
+// on mocknet, at 256 the dispatchers lacked a third of the workers' records
+// for 40s). A sustained overload still sheds messages, counted in Dropped.
+// A queued message is a pointer; the record it holds is at most
+// MaxRecordSize.
 const (
-	validateQueueSize     = 256
-	peerOutboundQueueSize = 256
+	validateQueueSize     = 1024
+	peerOutboundQueueSize = 1024
 )
 
 // peerState tracks the two conditions under which a peer can be greeted.

@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -25,8 +26,10 @@ func TestGossipRefusesBadRecordSignature(t *testing.T) {
 	b := startTestNode(t, cfgB, WithHost(hosts[1]))
 	waitKnows(t, b, a.ID(), 10*time.Second)
 	testkit.WaitFor(t, 10*time.Second, "a's gossip reaches b", func() error {
-		if !a.Gossip().HasStream(b.ID()) {
-			return fmt.Errorf("no gossip stream from a to b")
+		// b subscribed to the topic as a sees it, and a's stream to b
+		// open: only then does a publication of a go to b.
+		if !slices.Contains(a.Gossip().Peers(), b.ID()) || !a.Gossip().HasStream(b.ID()) {
+			return fmt.Errorf("a does not gossip to b yet")
 		}
 		return nil
 	})

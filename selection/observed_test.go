@@ -64,3 +64,28 @@ func TestObservedLoadReachesRating(t *testing.T) {
 		t.Errorf("b observed at 9/10 long ago scores %v, want its record's idle %v", got, idle)
 	}
 }
+
+// TestObservedLoadInSteps: rating weighs an observed load in steps of an
+// eighth of the capacity, so that one request more at a peer that takes
+// dozens does not reorder it among equals; a step more does.
+func TestObservedLoadInSteps(t *testing.T) {
+	mk := func(id string) Peer {
+		p := peer(id)
+		p.Capacity, p.Concurrency = 64, 64
+		return p
+	}
+	s, clk := newSelector(t, testConfig(), mk("a"), mk("b"))
+	idle := scoreOf(t, s, "a")
+	s.ObserveLoad("a", 7) // below one step of 8
+	clk.Advance(time.Second)
+	s.Refresh()
+	if got := scoreOf(t, s, "a"); got != idle {
+		t.Errorf("a with 7 of 64 taken scores %v, want the idle %v", got, idle)
+	}
+	s.ObserveLoad("a", 8)
+	clk.Advance(time.Second)
+	s.Refresh()
+	if got := scoreOf(t, s, "a"); got >= idle {
+		t.Errorf("a with 8 of 64 taken scores %v, want below the idle %v", got, idle)
+	}
+}

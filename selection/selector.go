@@ -224,6 +224,16 @@ func (s *Selector) SetPeers(peers []Peer) {
 // stopped hearing from a peer goes back to its record.
 const observedLoadAge = 30 * time.Second
 
+// loadSteps is how finely rating weighs the load answers tell: in steps of
+// an eighth of the peer's capacity. Every answer tells a load, and one
+// request more or less at a peer that takes dozens would otherwise reorder
+// equal peers at every refresh, sending the next requests to peers this
+// node has not warmed; a peer an eighth fuller than another ranks below it.
+const loadSteps = 8
+
+// loadStep rounds an observed utilisation down to a step of 1/loadSteps.
+func loadStep(l float64) float64 { return math.Floor(l*loadSteps) / loadSteps }
+
 // ObserveLoad notes the load a peer's answer carried (a health ping's, a
 // work response's): used requests running and queued at the peer when it
 // answered. Until a newer record of the peer arrives, or observedLoadAge
@@ -370,7 +380,7 @@ func (s *Selector) Refresh() {
 		if u, ok := s.pstats[i].observed(now, observedLoadAge); ok {
 			used = u
 			if p.Capacity > 0 {
-				load = float64(u) / float64(p.Capacity)
+				load = loadStep(float64(u) / float64(p.Capacity))
 			}
 		}
 		for _, t := range p.Types {

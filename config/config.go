@@ -120,9 +120,11 @@ type NodeConfig struct {
 	Labels []string `koanf:"labels"`
 	// WorkTypes are the work types this node's local worker serves.
 	WorkTypes []string `koanf:"work-types"`
-	// AnnounceInterval is how often NodeData is re-published (gossip and DHT).
+	// AnnounceInterval is how often NodeData is re-published (gossip and DHT)
+	// when nothing in it changed; a change is published at once.
 	AnnounceInterval time.Duration `koanf:"announce-interval"`
-	// RecordTTL is how long a peer's NodeData stays fresh without a newer one.
+	// RecordTTL is how long a peer's NodeData stays fresh without a newer one
+	// or a health answer naming it.
 	RecordTTL time.Duration `koanf:"record-ttl"`
 	// LogLevel is a logrus level: trace, debug, info, warn, error, fatal or panic.
 	LogLevel string `koanf:"log-level"`
@@ -441,8 +443,8 @@ func Defaults() Config {
 			Listen:           []string{"/ip4/0.0.0.0/udp/4001/quic-v1", "/ip4/0.0.0.0/tcp/4001"},
 			API:              "127.0.0.1:7400",
 			WorkTypes:        []string{"echo", "sha256", "sleep"},
-			AnnounceInterval: 10 * time.Second,
-			RecordTTL:        30 * time.Second,
+			AnnounceInterval: 5 * time.Minute,
+			RecordTTL:        15 * time.Minute,
 			LogLevel:         "info",
 			LogFormat:        "text",
 			DrainTimeout:     10 * time.Second,

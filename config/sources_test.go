@@ -58,8 +58,8 @@ func TestLoad_ProblemSources(t *testing.T) {
 		},
 		{
 			name: "the other setting of a pair, when only it was set",
-			yaml: "\nannounce-interval: 1m\n",
-			want: []string{`record-ttl 30s must be > announce-interval 1m0s, or records expire between announcements (file {file} line 2)`},
+			yaml: "\nannounce-interval: 1h\n",
+			want: []string{`record-ttl 15m0s must be > announce-interval 1h0m0s, or records expire between announcements (file {file} line 2)`},
 		},
 		{
 			name: "a block turned on by env without its order",

@@ -121,7 +121,7 @@ func TestValidate_Bounds(t *testing.T) {
 		{"work type empty", func(c *Config) { c.Node.WorkTypes = []string{""} }, "work-types entry 1 is empty"},
 		{"work type repeated", func(c *Config) { c.Node.WorkTypes = []string{"echo", "echo"} }, `work-types entry 2 duplicates "echo"`},
 		{"announce-interval zero", func(c *Config) { c.Node.AnnounceInterval = 0 }, "announce-interval 0s must be > 0"},
-		{"record-ttl not above announce-interval", func(c *Config) { c.Node.RecordTTL = 10 * time.Second }, "record-ttl 10s must be > announce-interval 10s"},
+		{"record-ttl not above announce-interval", func(c *Config) { c.Node.RecordTTL = c.Node.AnnounceInterval }, "record-ttl 5m0s must be > announce-interval 5m0s"},
 		{"log-level", func(c *Config) { c.Node.LogLevel = "verbose" }, `log-level "verbose" is not one of`},
 		{"log-format", func(c *Config) { c.Node.LogFormat = "xml" }, `log-format "xml" is not one of text, json`},
 		{"drain-timeout negative", func(c *Config) { c.Node.DrainTimeout = -time.Second }, "drain-timeout -1s must be >= 0"},

@@ -74,7 +74,7 @@ func newDHTRecords(h host.Host, cfg config.NodeConfig, bootstrap []peer.AddrInfo
 		dht:        d,
 		self:       h.ID(),
 		network:    cfg.Network,
-		putTimeout: cfg.AnnounceInterval,
+		putTimeout: min(cfg.AnnounceInterval, time.Minute),
 		rec:        rec,
 		put:        make(chan struct{}, 1),
 		provide:    make(chan struct{}, 1),

@@ -72,25 +72,28 @@ func (g *gossip) Close() error {
 }
 
 // verify checks an announcement before gossipsub relays it: the same
-// checks as the DHT validator. Whoever published the message on gossip, the
-// record inside must be signed by the key of the peer it speaks for: that
-// signature is what makes it trustworthy, so any peer may pass on another's
-// record (as a node does with the record a newcomer pushed to it), while the
-// peer table's rules (newest sequence wins, replays refused) apply whoever
-// relayed it. A good record is entered in the peer table here, without
-// waiting for gossipsub's delivery queue.
+// checks as the DHT validator. Gossip messages carry no signature of their
+// own (see pubsub.New): the record inside must be signed by the key of the
+// peer it speaks for, and that one signature, checked here once, is what
+// makes it trustworthy, so any peer may pass on another's record (as a node
+// does with the record a newcomer pushed to it), while the peer table's
+// rules (newest sequence wins, replays refused) apply whoever relayed it. A
+// good record is entered in the peer table here, without waiting for
+// gossipsub's delivery queue. A bad one counts against from, the peer that
+// passed it on.
 //
-// from, the peer that passed the message on, introduces at most
-// newcomerBurst peers new to the table at once (newcomerRate a second
-// after): beyond that a record of a peer the table does not hold is
-// ignored before its signature is checked.
-func (g *gossip) verify(from, author peer.ID, data []byte) (any, error) {
+// from introduces at most newcomerBurst peers new to the table at once
+// (newcomerRate a second after): beyond that a record of a peer the table
+// does not hold is ignored before its signature is checked.
+func (g *gossip) verify(from peer.ID, data []byte) (any, error) {
 	self := g.host.ID()
-	if author == self {
-		return nil, nil // our own publication on its way out, checked when it was made
+	if from == self {
+		// Our own publication on its way out (our record, or a peer's
+		// that we relay), checked when it was made or received.
+		return nil, nil
 	}
 	if authority.IsRevocation(data) {
-		return g.verifyRevocation(author, data)
+		return g.verifyRevocation(from, data)
 	}
 	id, ok := envelopeSigner(data)
 	if ok && (id == self || g.table.HoldsGossiped(id, data)) {
@@ -99,17 +102,14 @@ func (g *gossip) verify(from, author peer.ID, data []byte) (any, error) {
 		// check). Otherwise a copy of what we already relayed.
 		return nil, pubsub.ErrIgnore
 	}
-	if ok && from != self {
+	if ok {
 		if _, known := g.table.Sequence(id); !known && !g.newcomers.Allow(from) {
 			return nil, fmt.Errorf("%w: %s passed on more records of peers new to this node than %d at once and %d a second", pubsub.ErrIgnore, from, newcomerBurst, newcomerRate)
 		}
 	}
-	// author is proven by gossipsub's message signature: a node's own
-	// record needs no second signature check (see openNodeData), a relayed
-	// one is checked in full.
-	sd, err := openNodeData(data, g.network, author)
+	sd, err := OpenNodeData(data, g.network)
 	if err != nil {
-		g.table.RejectVia(SourceGossip, ReasonOf(err), author, err)
+		g.table.RejectVia(SourceGossip, ReasonOf(err), from, err)
 		return nil, err
 	}
 	id = sd.Data.PeerID
@@ -118,7 +118,7 @@ func (g *gossip) verify(from, author peer.ID, data []byte) (any, error) {
 			// Held, but learned by sync or from the DHT: relay it
 			// once so it still spreads, and mark it relayed.
 			if p, ok := g.table.Get(id); ok && !p.Gossiped {
-				g.enter(sd, author, SourceGossip)
+				g.enter(sd, from, SourceGossip)
 				return nil, nil
 			}
 			return nil, pubsub.ErrIgnore
@@ -126,10 +126,10 @@ func (g *gossip) verify(from, author peer.ID, data []byte) (any, error) {
 		// An older record is not relayed, but the relaying peer may just
 		// have been slow: ignore rather than punish.
 		err := reject(RejectReplay, fmt.Errorf("sequence %d of %s, already have %d", sd.Data.Sequence, id, have))
-		g.table.RejectVia(SourceGossip, RejectReplay, author, err)
+		g.table.RejectVia(SourceGossip, RejectReplay, from, err)
 		return nil, fmt.Errorf("%w: %w", pubsub.ErrIgnore, err)
 	}
-	if _, err := g.enter(sd, author, SourceGossip); err != nil {
+	if _, err := g.enter(sd, from, SourceGossip); err != nil {
 		// Refused here (the table is full): not passed on, and no fault
 		// of the peer that relayed it.
 		return nil, fmt.Errorf("%w: %w", pubsub.ErrIgnore, err)

@@ -162,6 +162,7 @@ func (n *Node) Ping(ctx context.Context, p peer.ID) (time.Duration, HealthAnswer
 		return 0, HealthAnswer{}, fmt.Errorf("health ping %s: %w", p, err)
 	}
 	rtt := time.Since(start)
+	n.heard(ctx, p, ans.Sequence)
 	if ans.Error != "" {
 		msg := ans.Error
 		if len(msg) > maxUnhealthyText {
@@ -170,6 +171,48 @@ func (n *Node) Ping(ctx context.Context, p peer.ID) (time.Duration, HealthAnswer
 		return rtt, ans, fmt.Errorf("health ping %s: %w: %q", p, ErrUnhealthy, msg)
 	}
 	return rtt, ans, nil
+}
+
+// heard keeps a peer that answered a health ping known: the record held
+// stays fresh while the peer keeps naming its sequence (PeerTable.Heard),
+// and a newer sequence, an announcement this node missed, is fetched from
+// the peer by fetchLoop, off the ping's way.
+func (n *Node) heard(_ context.Context, p peer.ID, seq uint64) {
+	if seq == 0 || !n.table.Heard(p, seq) {
+		return
+	}
+	n.fetchMu.Lock()
+	defer n.fetchMu.Unlock()
+	if n.fetching[p] {
+		return
+	}
+	select {
+	case n.fetchQ <- p:
+		n.fetching[p] = true
+	default: // full: the next answer asks again
+	}
+}
+
+// fetchQueue bounds the peers waiting for fetchLoop.
+const fetchQueue = 64
+
+// fetchLoop fetches the records health answers named newer than the ones
+// held, one at a time, until ctx ends.
+func (n *Node) fetchLoop(ctx context.Context) {
+	for {
+		var p peer.ID
+		select {
+		case <-ctx.Done():
+			return
+		case p = <-n.fetchQ:
+		}
+		if _, err := n.fetchNodeData(ctx, p, false); err != nil && ctx.Err() == nil {
+			n.log.WithField("peer", p.String()).Debugf("fetch the newer record a health answer named: %v", err)
+		}
+		n.fetchMu.Lock()
+		delete(n.fetching, p)
+		n.fetchMu.Unlock()
+	}
 }
 
 func (n *Node) handleNodeData(s network.Stream) {

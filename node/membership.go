@@ -496,10 +496,21 @@ func rootCause(err error) string {
 // while it may still be new to the network, and learn what the newcomer
 // knows.
 func (m *membership) onPeerJoin(p peer.ID) {
-	if m.rec.reach.Load() < minReach {
-		m.rec.publish(m.ctx)
-	}
 	req := syncRequest{p: p, due: time.Now()}
+	if m.rec.reach.Load() < minReach {
+		if !m.rec.published() {
+			m.rec.publish(m.ctx)
+		} else {
+			// Published already: the same bytes again would be a
+			// duplicate on gossip (message IDs are the hash of the
+			// bytes), and a re-signed record would go to every node
+			// once more. The record is pushed to p instead, which
+			// enters it and, when it is new there, passes the same
+			// bytes on to its mesh, where the nodes that have it drop
+			// them unchecked.
+			req.push = true
+		}
+	}
 	if m.synced.Load() >= fullSyncs {
 		req.due = req.due.Add(selfFetchDelay)
 	}
@@ -514,6 +525,9 @@ func (m *membership) onPeerJoin(p peer.ID) {
 type syncRequest struct {
 	p   peer.ID
 	due time.Time
+	// push: the exchange is for handing p this node's record, whatever
+	// the table holds of p.
+	push bool
 }
 
 func (m *membership) syncLoop(ctx context.Context) {
@@ -534,7 +548,7 @@ func (m *membership) syncLoop(ctx context.Context) {
 		}
 		p := req.p
 		all := m.synced.Load() < fullSyncs
-		if _, ok := m.table.Get(p); ok && !all {
+		if _, ok := m.table.Get(p); ok && !all && !req.push {
 			continue
 		}
 		if _, err := m.ex.fetchNodeData(ctx, p, all); err != nil {

@@ -102,7 +102,7 @@ func TestWithHostRefusesAnotherIdentity(t *testing.T) {
 // linkedMockHosts returns n hosts of one in-memory mock network, linked so
 // that they can dial each other (links are what lets mocknet peers dial at
 // all); the network closes with the test.
-func linkedMockHosts(t *testing.T, n int) []host.Host {
+func linkedMockHosts(t testing.TB, n int) []host.Host {
 	t.Helper()
 	mn := mocknet.New()
 	t.Cleanup(func() { mn.Close() })

@@ -80,6 +80,12 @@ type Node struct {
 
 	host  *nodeHost
 	guard *dialGuard
+	// fetchQ holds the peers whose health answers named a record newer
+	// than the one held, for fetchLoop; fetching, under fetchMu, those
+	// queued or being fetched.
+	fetchQ   chan peer.ID
+	fetchMu  sync.Mutex
+	fetching map[peer.ID]bool
 	// syncBudget is each member's byte budget of nodedata answers.
 	syncBudget *pubsub.PeerBuckets
 	// fullSyncs allows each peer one whole-table answer per record-ttl.
@@ -138,7 +144,8 @@ func New(ctx context.Context, cfg config.NodeConfig, opts ...Option) (*Node, err
 
 	ctx, cancel := context.WithCancel(ctx)
 	n := &Node{cfg: cfg, log: o.log, healthCheck: o.healthCheck, info: o.info, host: h,
-		api: httpapi.New(o.apiToken, o.log), parts: []io.Closer{h}, ctx: ctx, cancel: cancel}
+		api: httpapi.New(o.apiToken, o.log), parts: []io.Closer{h}, ctx: ctx, cancel: cancel,
+		fetchQ: make(chan peer.ID, fetchQueue), fetching: make(map[peer.ID]bool)}
 	if lock != nil {
 		// Released last, once everything that uses the data dir stopped.
 		n.parts = []io.Closer{lock, h}
@@ -221,6 +228,9 @@ func New(ctx context.Context, cfg config.NodeConfig, opts ...Option) (*Node, err
 	}
 
 	n.records.Start(ctx)
+	var fetches sync.WaitGroup
+	fetches.Go(func() { n.fetchLoop(ctx) })
+	n.parts = append(n.parts, closerFunc(func() error { fetches.Wait(); return nil }))
 	if members != nil {
 		var wg sync.WaitGroup
 		wg.Go(func() { n.memberLoop(ctx) })
@@ -345,12 +355,16 @@ func (n *Node) current() *SignedNodeData { return n.records.current() }
 func (n *Node) Announce() { n.records.announce() }
 
 // SetWorkTypes changes the work types the node advertises and announces the
-// change at once.
+// change at once. The types the record already advertises, in the same
+// order, change nothing and publish nothing.
 func (n *Node) SetWorkTypes(types []string) error {
-	if err := n.records.setWorkTypes(n.ctx, types); err != nil {
+	changed, err := n.records.setWorkTypes(n.ctx, types)
+	if err != nil {
 		return fmt.Errorf("set work types: %w", err)
 	}
-	n.dht.workTypesChanged()
+	if changed {
+		n.dht.workTypesChanged()
+	}
 	return nil
 }
 

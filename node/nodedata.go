@@ -223,11 +223,9 @@ func (r *nodeDataRecord) UnmarshalRecord(b []byte) error {
 	return nil
 }
 
-// SignedNodeData is a NodeData record whose signer is proven (its signature
-// checked, or its author's gossip signature over the same bytes: see
-// openNodeData), together with the envelope bytes it came in (which any peer
-// may pass on: the signature is what makes it trustworthy, not who delivered
-// it).
+// SignedNodeData is a NodeData record whose signature has been checked,
+// together with the envelope bytes it came in (which any peer may pass on:
+// the signature is what makes it trustworthy, not who delivered it).
 type SignedNodeData struct {
 	// Data is the verified record.
 	Data NodeData
@@ -262,20 +260,10 @@ func SignNodeData(nd NodeData, key crypto.PrivKey) ([]byte, error) {
 // OpenNodeData checks a signed NodeData envelope and returns its record. The
 // checks, in order: size (before decoding), envelope form, signature, that the
 // signer is the peer the record speaks for, the record's form, the network.
-// A failure is a *RejectError saying why.
+// A failure is a *RejectError saying why. It is the one signature check a
+// record costs on its way in, whether it came by gossip (whose messages carry
+// no second signature), sync or the DHT.
 func OpenNodeData(data []byte, network string) (*SignedNodeData, error) {
-	return openNodeData(data, network, "")
-}
-
-// openNodeData is OpenNodeData for bytes whose author is already proven:
-// when author (if not empty) is the envelope's signer, the envelope's own
-// signature is not checked again. That is the case of a node's own record
-// on gossip, where the message carries its author's signature over the
-// same bytes, checked by gossipsub: one Ed25519 check proves the record's
-// origin, and a second would double the cost of every announcement at
-// every node. What the author signed is its own word about itself, the
-// only thing a record may say; every other check still applies.
-func openNodeData(data []byte, network string, author peer.ID) (*SignedNodeData, error) {
 	if len(data) > MaxRecordSize {
 		return nil, reject(RejectOversized, fmt.Errorf("%d bytes, more than %d", len(data), MaxRecordSize))
 	}
@@ -291,12 +279,7 @@ func openNodeData(data []byte, network string, author peer.ID) (*SignedNodeData,
 		return nil, reject(RejectMalformed, fmt.Errorf("signer key: %w", err))
 	}
 	var rec nodeDataRecord
-	if author != "" && signer == author {
-		err = env.TypedRecord(&rec)
-	} else {
-		_, err = record.ConsumeTypedEnvelope(data, &rec)
-	}
-	if err != nil {
+	if _, err := record.ConsumeTypedEnvelope(data, &rec); err != nil {
 		var pe errPayload
 		if errors.As(err, &pe) {
 			return nil, reject(RejectMalformed, pe.err)

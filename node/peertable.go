@@ -420,6 +420,28 @@ func (t *PeerTable) IsConnected(id peer.ID) bool {
 	return t.connected[id]
 }
 
+// Heard notes that id answered a health ping naming seq as its current
+// record's sequence. When that is the record held, the peer has just
+// vouched for it again: the entry stays fresh for another TTL, as if the
+// record had been re-announced (records are re-announced on change and
+// rarely otherwise). To bound the table changes this makes (every poll of
+// every peer), an entry is renewed only once half its TTL has passed. It
+// reports whether seq is newer than the record held (or none is held), so
+// that the caller may fetch it: an announcement this node missed.
+func (t *PeerTable) Heard(id peer.ID, seq uint64) (newer bool) {
+	now := t.clock.Now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	e, ok := t.byID[id]
+	switch {
+	case !ok || seq > e.Data.Sequence:
+		return true
+	case seq == e.Data.Sequence && now.Sub(e.LastSeen) >= t.ttl/2 && t.member(e, now):
+		t.replaceLocked(id, func(e *PeerInfo) { e.LastSeen = now })
+	}
+	return false
+}
+
 // fresh reports whether e is within its TTL at now.
 func (t *PeerTable) fresh(e *PeerInfo, now time.Time) bool {
 	return now.Sub(e.LastSeen) < t.ttl && t.member(e, now)

@@ -26,7 +26,7 @@ func (n *Node) watchNAT() {
 		return out
 	}
 	st.tablePeers.Store(&peers)
-	kick := n.records.announce
+	kick := n.records.announceAddrs
 	st.onAddrs.Store(&kick)
 }
 

@@ -15,13 +15,19 @@ import (
 	"github.com/workmesh/workmesh/config"
 )
 
-// announceMinGap spaces out re-signed records asked for with Announce, so
-// that a busy dispatcher cannot turn every load change into gossip.
-const announceMinGap = 100 * time.Millisecond
+// announceMinGap spaces out re-signed records asked for with Announce (a
+// new head, new addresses): a node whose chain has a new head every 100ms
+// gossips it at most once a second. Load is never announced: it travels in
+// the answers to work and to health pings.
+const announceMinGap = time.Second
 
 // recordPublisher is the node's own record: it signs a new NodeData
 // whenever what the node advertises changes, and publishes it on gossip,
-// on request (Announce) and every announce-interval.
+// on request (Announce: heads, addresses) and every announce-interval (a
+// long refresh: each periodic publication reaches every node of the
+// network, so it costs n records at each of n nodes). The load in a record
+// is a snapshot from when it was signed; load changes alone publish
+// nothing.
 type recordPublisher struct {
 	log     *logrus.Logger
 	key     crypto.PrivKey
@@ -43,11 +49,13 @@ type recordPublisher struct {
 	onInterval func()
 	kick       chan struct{} // re-sign and publish now
 
-	mu        sync.Mutex // guards workTypes, seq and re-signing
-	workTypes []string
-	seq       uint64
-	cur       atomic.Pointer[SignedNodeData]
-	reach     atomic.Int32 // topic peers the current record was published to
+	mu           sync.Mutex // guards workTypes, seq and re-signing
+	workTypes    []string
+	seq          uint64
+	cur          atomic.Pointer[SignedNodeData]
+	sent         atomic.Pointer[SignedNodeData] // the record last published on gossip
+	publications atomic.Uint64                  // publications on gossip (RecordsPublished)
+	reach        atomic.Int32                   // topic peers the current record was published to
 
 	wg sync.WaitGroup
 }
@@ -89,19 +97,48 @@ func (r *recordPublisher) current() *SignedNodeData { return r.cur.Load() }
 // announce asks the loop to re-sign and publish now.
 func (r *recordPublisher) announce() { signal(r.kick) }
 
-// setWorkTypes re-signs the record with types and publishes it.
-func (r *recordPublisher) setWorkTypes(ctx context.Context, types []string) error {
+// announceAddrs asks the loop to re-sign and publish when the host's
+// addresses are no longer the ones the record advertises: the host reports
+// address updates that change nothing advertised (at start, and whenever
+// its observed addresses are re-confirmed), and each re-signed record
+// reaches every node of the network.
+func (r *recordPublisher) announceAddrs() {
+	if cur := r.current(); cur == nil || !slices.Equal(r.addrs(), cur.Data.Addrs) {
+		r.announce()
+	}
+}
+
+// addrs returns the host's addresses as a record advertises them.
+func (r *recordPublisher) addrs() []string {
+	var addrs []string
+	for _, a := range r.host.Addrs() {
+		addrs = append(addrs, a.String())
+	}
+	if len(addrs) > maxAddrs {
+		addrs = addrs[:maxAddrs]
+	}
+	return addrs
+}
+
+// setWorkTypes re-signs the record with types and publishes it; it
+// reports false, and publishes nothing, when the record already advertises
+// exactly types.
+func (r *recordPublisher) setWorkTypes(ctx context.Context, types []string) (bool, error) {
 	r.mu.Lock()
 	old := r.workTypes
+	if slices.Equal(old, types) {
+		r.mu.Unlock()
+		return false, nil
+	}
 	r.workTypes = slices.Clone(types)
 	if err := r.resignLocked(); err != nil {
 		r.workTypes = old
 		r.mu.Unlock()
-		return err
+		return false, err
 	}
 	r.mu.Unlock()
 	r.publish(ctx)
-	return nil
+	return true, nil
 }
 
 // advertised returns the work types the record advertises.
@@ -139,16 +176,9 @@ func (r *recordPublisher) resignLocked() error {
 		}
 		wts = append(wts, wt)
 	}
-	var addrs []string
-	for _, a := range r.host.Addrs() {
-		addrs = append(addrs, a.String())
-	}
-	if len(addrs) > maxAddrs {
-		addrs = addrs[:maxAddrs]
-	}
 	nd := NodeData{
 		PeerID:    r.host.ID(),
-		Addrs:     addrs,
+		Addrs:     r.addrs(),
 		Version:   r.version,
 		Network:   r.network,
 		WorkTypes: wts,
@@ -172,8 +202,29 @@ func (r *recordPublisher) resignLocked() error {
 	return nil
 }
 
-// publish gossips the current record.
+// published reports whether the current record has been published on
+// gossip.
+func (r *recordPublisher) published() bool { return r.sent.Load() == r.current() }
+
+// RecordsPublished returns how many times the node has published its own
+// record on gossip: each publication reaches every node of the network.
+func (n *Node) RecordsPublished() uint64 { return n.records.publications.Load() }
+
+// publish gossips the current record. A record already published is
+// re-signed first: gossip message IDs are the hash of the bytes, so the
+// same bytes again would be dropped as a duplicate, here and at every peer
+// that saw them, and never reach the peers the publication is for.
 func (r *recordPublisher) publish(ctx context.Context) {
+	cur := r.current()
+	if r.sent.Load() == cur {
+		if err := r.resign(); err != nil {
+			r.log.Errorf("announce: %v", err)
+			return
+		}
+		cur = r.current()
+	}
+	r.sent.Store(cur)
+	r.publications.Add(1)
 	peers := int32(len(r.gossip.ann.Peers()))
 	for {
 		n := r.reach.Load()
@@ -181,7 +232,7 @@ func (r *recordPublisher) publish(ctx context.Context) {
 			break
 		}
 	}
-	if err := r.gossip.ann.Publish(ctx, r.current().Envelope); err != nil && ctx.Err() == nil {
+	if err := r.gossip.ann.Publish(ctx, cur.Envelope); err != nil && ctx.Err() == nil {
 		r.log.Debugf("announce: %v", err)
 	}
 }
@@ -206,8 +257,8 @@ func (r *recordPublisher) announceLoop(ctx context.Context) {
 		r.publish(ctx)
 		if periodic {
 			// The DHT copy is refreshed every announce-interval; a
-			// load or head change (announced up to once a second) goes
-			// by gossip only: storing each in the DHT cost a lookup and
+			// head or address change (announced up to once a second)
+			// goes by gossip only: storing each in the DHT cost a lookup and
 			// up to 20 stores, each checking the signature. Work type
 			// changes are put at once (SetWorkTypes).
 			r.onInterval()
@@ -215,7 +266,7 @@ func (r *recordPublisher) announceLoop(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(announceMinGap):
+		case <-time.After(min(announceMinGap, r.interval)):
 		}
 	}
 }

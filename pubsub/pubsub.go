@@ -2,6 +2,8 @@ package pubsub
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"sync"
@@ -9,6 +11,7 @@ import (
 	"time"
 
 	lpubsub "github.com/libp2p/go-libp2p-pubsub"
+	pb "github.com/libp2p/go-libp2p-pubsub/pb"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
@@ -27,16 +30,46 @@ var ErrIgnore = errors.New("announcement ignored")
 
 // Verifier checks one announcement before it is delivered or relayed.
 // from is the peer that passed the message to this node (a direct
-// connection); author is the peer that published it (gossipsub's own message
-// signature, which is required and checked first, proves it). It returns the
-// decoded value that the Handler will receive. It is the earliest point at
-// which an announcement is known good, so a caller that only needs the value
-// may act on it here and pass a nil Handler.
-type Verifier func(from, author peer.ID, data []byte) (any, error)
+// connection), or this node itself for its own publications. Messages carry
+// no author and no signature of gossipsub's own (see New): an announcement is
+// a value that proves itself (a signed record), and the Verifier is what
+// checks that proof, once. It returns the decoded value that the Handler will
+// receive. It is the earliest point at which an announcement is known good,
+// so a caller that only needs the value may act on it here and pass a nil
+// Handler.
+type Verifier func(from peer.ID, data []byte) (any, error)
 
 // Handler receives each verified announcement from another peer, with the
-// value its Verifier returned, after gossipsub's own bookkeeping.
-type Handler func(author peer.ID, value any)
+// peer that passed it on and the value its Verifier returned, after
+// gossipsub's own bookkeeping.
+type Handler func(from peer.ID, value any)
+
+// MessageID is the gossip message ID of an announcement: the SHA-256 of its
+// bytes, in hex. Content-addressed, the same record is one message however
+// many peers publish it (its author, and any peer that relays it on the
+// author's behalf), and gossipsub drops every copy after the first one
+// before it is validated.
+func MessageID(data []byte) string {
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:])
+}
+
+// MessageFormat returns the gossipsub options that set the network's
+// message format, which every peer on the topic must share: messages carry
+// neither an author nor a signature of gossipsub's own, and a message that
+// does is refused (an announcement is a record signed by the peer it
+// speaks for, which the Verifier checks, so a second signature over the
+// same bytes would only double the checks); the message ID is the hash of
+// the bytes (MessageID), so copies of one record published by several
+// peers are one message, and a copy is dropped as a duplicate before it
+// costs a check. A bad message counts against the peer that passed it on.
+func MessageFormat() []lpubsub.Option {
+	return []lpubsub.Option{
+		lpubsub.WithNoAuthor(),
+		lpubsub.WithMessageSignaturePolicy(lpubsub.StrictNoSign),
+		lpubsub.WithMessageIdFn(func(m *pb.Message) string { return MessageID(m.GetData()) }),
+	}
+}
 
 // Option configures an Announcer.
 type Option func(*options) error
@@ -140,12 +173,17 @@ type Announcer struct {
 // loses records: of 200 records published back to back by one peer, a node
 // dropped 9 and 23 for a full validation queue in two of three runs
 // (TestNetworkGossipBurstKeepsEveryRecord), lost unless a duplicate, a sync
-// or the next announcement brings them again. 256 holds such a burst; a
-// sustained overload still sheds messages, counted in Dropped. A queued
-// message is a pointer.
+// or the next announcement brings them again. 256 held such a burst. With
+// records re-announced only on change (and every few minutes), a record
+// lost to a full queue stays lost until a sync or that refresh: the queues
+// hold a whole network forming, every node's record at once (of 200 nodes
+// on mocknet, at 256 the dispatchers lacked a third of the workers' records
+// for 40s). A sustained overload still sheds messages, counted in Dropped.
+// A queued message is a pointer; the record it holds is at most
+// MaxRecordSize.
 const (
-	validateQueueSize     = 256
-	peerOutboundQueueSize = 256
+	validateQueueSize     = 1024
+	peerOutboundQueueSize = 1024
 )
 
 // peerState tracks the two conditions under which a peer can be greeted.
@@ -185,12 +223,8 @@ func New(ctx context.Context, h host.Host, network string, verify Verifier, deli
 		return nil, err
 	}
 
-	gopts := append([]lpubsub.Option{
-		// Every message must carry its author's signature, so that the
-		// author a Verifier is told (and may blame for a bad message) is
-		// proven. What a message says is the Verifier's to judge: an
-		// announcement may carry a value signed by someone else.
-		lpubsub.WithMessageSignaturePolicy(lpubsub.StrictSign),
+	gopts := append(MessageFormat(), append([]lpubsub.Option{
+		// The network's message format (MessageFormat).
 		// A node's own announcement goes to every topic peer it is
 		// connected to, not only to its mesh: a node that just connected
 		// has no mesh until the next heartbeat (up to a second), and
@@ -211,7 +245,7 @@ func New(ctx context.Context, h host.Host, network string, verify Verifier, deli
 		// reaches the verifier, which rejects what is beyond the rate
 		// itself, and that is what sinks the peer's score.
 		lpubsub.WithAppSpecificRpcInspector(NewPeerBuckets(2*o.peerRate, 2*o.peerBurst).inspect(&a.shed)),
-	}, o.gossipOpts...)
+	}, o.gossipOpts...)...)
 	ps, err := lpubsub.NewGossipSub(ctx, h, gopts...)
 	if err != nil {
 		return fail(fmt.Errorf("pubsub: start gossipsub: %w", err))
@@ -224,7 +258,7 @@ func New(ctx context.Context, h host.Host, network string, verify Verifier, deli
 			a.throttled.Add(1)
 			return lpubsub.ValidationReject
 		}
-		v, err := verify(from, msg.GetFrom(), msg.Data)
+		v, err := verify(from, msg.Data)
 		switch {
 		case err == nil:
 			msg.ValidatorData = v
@@ -267,7 +301,7 @@ func (a *Announcer) deliverLoop(ctx context.Context, deliver Handler) {
 		if msg.ReceivedFrom == a.self || deliver == nil {
 			continue // our own announcement, echoed back
 		}
-		deliver(msg.GetFrom(), msg.ValidatorData)
+		deliver(msg.ReceivedFrom, msg.ValidatorData)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/libp2p/go-libp2p"
+	lpubsub "github.com/libp2p/go-libp2p-pubsub"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/sirupsen/logrus"
@@ -32,14 +33,14 @@ func quiet() *logrus.Logger {
 }
 
 type delivery struct {
-	author peer.ID
-	value  any
+	from  peer.ID
+	value any
 }
 
-func acceptAll(_, _ peer.ID, data []byte) (any, error) { return string(data), nil }
+func acceptAll(_ peer.ID, data []byte) (any, error) { return string(data), nil }
 
 // judge accepts "good..." messages, ignores "old..." and rejects the rest.
-func judge(_, _ peer.ID, data []byte) (any, error) {
+func judge(_ peer.ID, data []byte) (any, error) {
 	s := string(data)
 	switch {
 	case strings.HasPrefix(s, "good"):
@@ -71,7 +72,7 @@ func TestNewChecksArguments(t *testing.T) {
 
 // TestOnlyVerifiedAnnouncementsAreDelivered publishes a rejected, an ignored
 // and an accepted message; only the accepted one reaches the handler, with
-// its author.
+// the peer that passed it on.
 func TestOnlyVerifiedAnnouncementsAreDelivered(t *testing.T) {
 	ctx := context.Background()
 	ha, hb := newHost(t), newHost(t)
@@ -83,7 +84,7 @@ func TestOnlyVerifiedAnnouncementsAreDelivered(t *testing.T) {
 	}
 	defer a.Close()
 	got := make(chan delivery, 10)
-	b, err := New(ctx, hb, "test", judge, func(author peer.ID, v any) { got <- delivery{author, v} }, WithLogger(quiet()))
+	b, err := New(ctx, hb, "test", judge, func(from peer.ID, v any) { got <- delivery{from, v} }, WithLogger(quiet()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,8 +108,8 @@ func TestOnlyVerifiedAnnouncementsAreDelivered(t *testing.T) {
 	}
 	select {
 	case d := <-got:
-		if d.value != "good one" || d.author != ha.ID() {
-			t.Errorf("delivered %q from %s, want \"good one\" from %s", d.value, d.author, ha.ID())
+		if d.value != "good one" || d.from != ha.ID() {
+			t.Errorf("delivered %q from %s, want \"good one\" from %s", d.value, d.from, ha.ID())
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("nothing delivered")
@@ -180,5 +181,93 @@ func TestCloseStopsDelivery(t *testing.T) {
 	case <-done:
 	case <-time.After(5 * time.Second):
 		t.Fatal("Close hangs")
+	}
+}
+
+// TestMessageIDsAreContentAddressed: the same bytes published by two peers
+// are one gossip message. C hears A's copy first; B's copy, published after
+// that, is a duplicate to C and never reaches C's verifier, while a
+// different message B publishes next does. Messages carry no author and no
+// signature of gossipsub's own.
+func TestMessageIDsAreContentAddressed(t *testing.T) {
+	ctx := context.Background()
+	x, sameX := []byte("x"), []byte(strings.Clone("x"))
+	if MessageID(x) != MessageID(sameX) || MessageID(x) == MessageID([]byte("y")) {
+		t.Fatal("MessageID is not a function of the bytes alone")
+	}
+	ha, hb, hc := newHost(t), newHost(t), newHost(t)
+	joins := func(ch chan peer.ID) Option { return WithPeerJoin(func(p peer.ID) { ch <- p }) }
+	joinedA, joinedB := make(chan peer.ID, 4), make(chan peer.ID, 4)
+	a, err := New(ctx, ha, "test", acceptAll, nil, WithLogger(quiet()), joins(joinedA))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := New(ctx, hb, "test", acceptAll, nil, WithLogger(quiet()), joins(joinedB))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	var mu sync.Mutex
+	checked := map[string]int{}
+	got := make(chan delivery, 10)
+	c, err := New(ctx, hc, "test", func(from peer.ID, data []byte) (any, error) {
+		mu.Lock()
+		checked[string(data)]++
+		mu.Unlock()
+		return string(data), nil
+	}, func(from peer.ID, v any) { got <- delivery{from, v} }, WithLogger(quiet()),
+		// One validation worker: C checks what it receives in the order
+		// it arrives (see "good next" below).
+		WithGossipSubOptions(lpubsub.WithValidateWorkers(1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for _, h := range []host.Host{ha, hb} {
+		if err := hc.Connect(ctx, peer.AddrInfo{ID: h.ID(), Addrs: h.Addrs()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, ch := range []chan peer.ID{joinedA, joinedB} {
+		select {
+		case <-ch:
+		case <-time.After(5 * time.Second):
+			t.Fatal("no peer join")
+		}
+	}
+	await := func(want string) delivery {
+		t.Helper()
+		for {
+			select {
+			case d := <-got:
+				if d.value == want {
+					return d
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatalf("%q never delivered", want)
+			}
+		}
+	}
+	if err := a.Publish(ctx, []byte("good record")); err != nil {
+		t.Fatal(err)
+	}
+	if d := await("good record"); d.from != ha.ID() {
+		t.Errorf("first copy from %s, want A %s", d.from, ha.ID())
+	}
+	if err := b.Publish(ctx, []byte("good record")); err != nil {
+		t.Fatal(err)
+	}
+	// B's stream to C carries its messages in order, and C validates them
+	// in that order: once "good next" is delivered, B's copy of the record
+	// has been handled.
+	if err := b.Publish(ctx, []byte("good next")); err != nil {
+		t.Fatal(err)
+	}
+	await("good next")
+	mu.Lock()
+	defer mu.Unlock()
+	if n := checked["good record"]; n != 1 {
+		t.Errorf("the record published by A and by B was verified %d times at C, want 1", n)
 	}
 }

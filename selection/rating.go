@@ -33,6 +33,41 @@ type stats struct {
 	// until when.
 	held      atomic.Int32
 	heldUntil map[string]time.Time
+
+	// The peer's load as its answers last told it (ObserveLoad), under mu:
+	// how many requests it had running and queued, and when it said so
+	// (zero: no answer told it since the record the selector holds).
+	obsUsed int
+	obsAt   time.Time
+}
+
+// observe notes the load an answer of the peer carried and reports whether
+// it differs from the one noted before.
+func (s *stats) observe(used int, now time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	changed := s.obsAt.IsZero() || s.obsUsed != used
+	s.obsUsed, s.obsAt = used, now
+	return changed
+}
+
+// observed returns the load an answer told, when one did at most maxAge
+// before now.
+func (s *stats) observed(now time.Time, maxAge time.Duration) (used int, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.obsAt.IsZero() || now.Sub(s.obsAt) > maxAge {
+		return 0, false
+	}
+	return s.obsUsed, true
+}
+
+// forgetObserved drops the load answers told: a record newer than them
+// says what the peer's load is.
+func (s *stats) forgetObserved() {
+	s.mu.Lock()
+	s.obsAt = time.Time{}
+	s.mu.Unlock()
 }
 
 // decay brings the sums forward to now.

@@ -191,6 +191,7 @@ func (s *Selector) SetPeers(peers []Peer) {
 	}
 	handles := s.live.handles(ids)
 	s.mu.Lock()
+	old := s.peers // in ID order too
 	s.peers = cp
 	s.phealth = handles
 	for id := range s.stats {
@@ -199,16 +200,58 @@ func (s *Selector) SetPeers(peers []Peer) {
 		}
 	}
 	s.pstats = make([]*stats, len(cp))
+	j := 0
 	for i, p := range cp {
+		for j < len(old) && old[j].ID < p.ID {
+			j++
+		}
 		st := s.stats[p.ID]
 		if st == nil {
 			st = &stats{}
 			s.stats[p.ID] = st
+		} else if j < len(old) && old[j].ID == p.ID && (old[j].Used != p.Used || old[j].Load != p.Load) {
+			// A new record with a load of its own is newer than what
+			// the peer's answers told before it.
+			st.forgetObserved()
 		}
 		s.pstats[i] = st
 	}
 	s.mu.Unlock()
 	s.Refresh()
+}
+
+// observedLoadAge is how long the load an answer carried (ObserveLoad)
+// stands in for the one the peer's record advertises: a dispatcher that
+// stopped hearing from a peer goes back to its record.
+const observedLoadAge = 30 * time.Second
+
+// loadSteps is how finely rating weighs the load answers tell: in steps of
+// an eighth of the peer's capacity. Every answer tells a load, and one
+// request more or less at a peer that takes dozens would otherwise reorder
+// equal peers at every refresh, sending the next requests to peers this
+// node has not warmed; a peer an eighth fuller than another ranks below it.
+const loadSteps = 8
+
+// loadStep rounds an observed utilisation down to a step of 1/loadSteps.
+func loadStep(l float64) float64 { return math.Floor(l*loadSteps) / loadSteps }
+
+// ObserveLoad notes the load a peer's answer carried (a health ping's, a
+// work response's): used requests running and queued at the peer when it
+// answered. Until a newer record of the peer arrives, or observedLoadAge
+// passes, rating and capacity use it instead of the load the record
+// advertised, which is a snapshot from when the record was signed (records
+// are not re-signed for load). A change is in the ranking at the next
+// refresh. An unknown peer is ignored.
+func (s *Selector) ObserveLoad(id string, used int) {
+	s.mu.Lock()
+	st := s.stats[id]
+	s.mu.Unlock()
+	if st == nil || !st.observe(max(used, 0), s.clock.Now()) {
+		return
+	}
+	s.mu.Lock()
+	s.dirty = true
+	s.mu.Unlock()
 }
 
 // MaybeRefresh rebuilds the ranking when outcomes arrived since the last
@@ -334,11 +377,18 @@ func (s *Selector) Refresh() {
 	}
 	for i, p := range s.peers {
 		views[i] = s.pstats[i].read(now, s.cfg.Rating.Window)
+		load, used := p.Load, p.Used
+		if u, ok := s.pstats[i].observed(now, observedLoadAge); ok {
+			used = u
+			if p.Capacity > 0 {
+				load = loadStep(float64(u) / float64(p.Capacity))
+			}
+		}
 		for _, t := range p.Types {
 			slab = append(slab, entry{
 				id: p.ID, labels: p.Labels, head: t.Head, hasHead: t.HasHead,
-				load: p.Load, concurrency: float64(max(1, p.Concurrency)), conn: p.Connected, relayed: p.Relayed,
-				capacity: int64(p.Capacity), used: int64(p.Used),
+				load: load, concurrency: float64(max(1, p.Concurrency)), conn: p.Connected, relayed: p.Relayed,
+				capacity: int64(p.Capacity), used: int64(used),
 				health: s.phealth[i], stats: s.pstats[i], idx: int32(i),
 			})
 			ti := entryType[len(slab)-1]

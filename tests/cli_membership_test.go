@@ -143,7 +143,7 @@ func startStranger(t *testing.T, ctx context.Context, boot *nodeProcess, cert []
 	if err != nil {
 		t.Fatal(err)
 	}
-	ps, err := lpubsub.NewGossipSub(ctx, h, lpubsub.WithFloodPublish(true))
+	ps, err := lpubsub.NewGossipSub(ctx, h, append(pubsub.MessageFormat(), lpubsub.WithFloodPublish(true))...)
 	if err != nil {
 		t.Fatal(err)
 	}

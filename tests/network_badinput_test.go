@@ -164,7 +164,8 @@ func TestNetworkGossipAcceptsRelayedRecords(t *testing.T) {
 }
 
 // rawGossiper starts a plain libp2p host with raw gossipsub on the NodeData
-// topic (no validator of its own; opts go to gossipsub), connected to n, and
+// topic (no validator of its own, the network's message format; opts go to
+// gossipsub), connected to n, and
 // returns its key and the topic once both sides see each other on it.
 func rawGossiper(t *testing.T, ctx context.Context, n *node.Node, opts ...lpubsub.Option) (crypto.PrivKey, *lpubsub.Topic) {
 	t.Helper()
@@ -174,7 +175,7 @@ func rawGossiper(t *testing.T, ctx context.Context, n *node.Node, opts ...lpubsu
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { h.Close() })
-	ps, err := lpubsub.NewGossipSub(ctx, h, append([]lpubsub.Option{lpubsub.WithFloodPublish(true)}, opts...)...)
+	ps, err := lpubsub.NewGossipSub(ctx, h, append(append(pubsub.MessageFormat(), lpubsub.WithFloodPublish(true)), opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -124,17 +124,16 @@ func scaleSizes(tb testing.TB) []int {
 const scaleDispatchers = 20
 
 // scaleAnnounce is the announce-interval of every node in a scaling run
-// (record-ttl three times it), overridden by WMTEST_SCALE_ANNOUNCE ("10s").
-// It is 30s rather than the shipped 10s because the run puts every node on
-// the same two cores: each of n nodes re-signs its record every interval
-// and every other node checks and relays it, n*n/interval records a second
-// for the one machine where a real network spreads them over n. At 200
-// nodes and 10s that alone kept both cores busy, and the network never
-// settled (see BenchmarkPerfScale).
+// (record-ttl three times it): the shipped one (5m), overridden by
+// WMTEST_SCALE_ANNOUNCE ("30s"). Each periodic publication of n nodes
+// reaches every other node, n*n/interval records a second for the one
+// machine where a real network spreads them over n; with load carried in
+// answers rather than records, nothing else re-signs a record of an idle
+// network.
 func scaleAnnounce(tb testing.TB) time.Duration {
 	env := os.Getenv("WMTEST_SCALE_ANNOUNCE")
 	if env == "" {
-		return 30 * time.Second
+		return config.Defaults().Node.AnnounceInterval
 	}
 	d, err := time.ParseDuration(env)
 	if err != nil || d <= 0 {
@@ -151,14 +150,20 @@ func scaleAnnounce(tb testing.TB) time.Duration {
 // runs the whole node (DHT, gossip, peer table, health, work protocol) on a
 // mocknet host handed to node.New with node.WithHost. The topology is
 // scaleLinks: dispatchers reach every node, workers the dispatchers and 8
-// other workers. Records are re-announced every 30s (scaleAnnounce).
+// other workers. Records are re-announced at the shipped interval
+// (scaleAnnounce).
 // WMTEST_SCALE_NODES overrides the sizes ("50,200").
 //
 // Per size it reports requests per second (req/s), the p99 and p50 latency,
 // failed requests, the CPU the idle network burns just before the load
-// (background-cores) and the share of workers the dispatchers ranked alive
-// when the load started (converged-%). The load starts once every
-// dispatcher ranks 95% of the workers alive (or after 45s regardless) and
+// (background-cores, and per node idle-millicores/node), the share of
+// workers the dispatchers ranked alive when the load started (converged-%)
+// and 15s after the start (alive-15s-%: the lowest share at any
+// dispatcher), the time until every dispatcher ranked every worker alive
+// (alive-all-s), and the gossip messages dropped for full queues while the
+// network formed (dropped-validation, dropped-peer-queue, and dropped-total
+// for the whole run, load included). The load starts once every
+// dispatcher ranks every worker alive (or after 45s regardless) and
 // the idle network burns less than one core (or after 40s more
 // regardless: a 200-node network forming keeps both cores busy for 10-30s,
 // mostly DHT routing-table lookups, gossip checks and GC); it is bounded at
@@ -232,14 +237,21 @@ func benchScale(b *testing.B, total int) {
 	// A worker turns alive in a dispatcher's ranking after its first good
 	// health polls, which change no peer table: check on a short tick.
 	share, line := status()
+	// alive15 is the share at the last look within 15s of the start (all
+	// of them once every worker is alive earlier).
+	const aliveWithin = 15 * time.Second
+	alive15 := share
 	tick := time.NewTicker(100 * time.Millisecond)
 	deadline := time.NewTimer(45 * time.Second)
 	report := time.Now()
 wait:
-	for share < 0.95 {
+	for share < 1 {
 		select {
 		case <-tick.C:
 			share, line = status()
+			if time.Since(start) <= aliveWithin {
+				alive15 = share
+			}
 			if time.Since(report) >= 5*time.Second {
 				b.Logf("%s: %s", time.Since(start).Round(time.Second), line)
 				report = time.Now()
@@ -252,6 +264,9 @@ wait:
 	tick.Stop()
 	deadline.Stop()
 	converged := time.Since(start)
+	if share == 1 && converged <= aliveWithin {
+		alive15 = 1
+	}
 	// Gossip messages dropped for full gossipsub queues while the network
 	// formed, on all nodes together.
 	var droppedValidation, droppedPeer uint64
@@ -292,6 +307,11 @@ wait:
 			b.Logf("%d requests failed; the slowest: %s", failed, describe(slowest, peerName(append(ws, gws...)...)))
 		}
 	}
+	var droppedAll uint64
+	for _, m := range append(slices.Clone(gws), ws...) {
+		v, o := m.node.Gossip().Dropped()
+		droppedAll += v + o
+	}
 	p99 := percentile(res.lat, 99)
 	b.ReportMetric(res.rate(), "req/s")
 	b.ReportMetric(ms(p99), "p99-ms")
@@ -301,6 +321,10 @@ wait:
 	b.ReportMetric(100*share, "converged-%")
 	b.ReportMetric(float64(droppedValidation), "dropped-validation")
 	b.ReportMetric(float64(droppedPeer), "dropped-peer-queue")
+	b.ReportMetric(float64(droppedAll), "dropped-total")
+	b.ReportMetric(100*alive15, "alive-15s-%")
+	b.ReportMetric(converged.Seconds(), "alive-all-s")
+	b.ReportMetric(1000*background/float64(total), "idle-millicores/node")
 	b.Logf("%d nodes on mocknet (%d dispatching, %d serving): started in %s; after %s the dispatchers ranked at least %.0f%% of the workers alive (gossip messages dropped for a full queue: %d validation, %d peer); idle network %.2f cores after %s; %d requests in %s: %.0f req/s, p50 %s, p99 %s, %d failed",
 		total, scaleDispatchers, len(ws), started.Round(time.Millisecond), converged.Round(time.Millisecond), 100*share, droppedValidation, droppedPeer, background, settled.Round(time.Second),
 		res.ok, res.elapsed.Round(time.Millisecond), res.rate(), percentile(res.lat, 50), p99, res.failed)

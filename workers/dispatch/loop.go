@@ -352,6 +352,7 @@ func (d *Dispatcher) attempt(ctx context.Context, req WorkRequest, pk selection.
 	default:
 		r.outcome = resp.Outcome // Unsupported and Denied are final for this worker only: the plan goes on
 		d.sel.Liveness().ReportAnswer(pk.Peer)
+		d.answerLoad(pk.Peer, resp.Load)
 	}
 	return r
 }

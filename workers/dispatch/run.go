@@ -267,7 +267,11 @@ func (d *Dispatcher) poll(ctx context.Context, due selection.Poll) {
 		d.forgetDialBackoff(pid)
 	}
 	if err = d.connect(pctx, id); err == nil {
-		rtt, _, err = d.node.Ping(pctx, pid)
+		var ans node.HealthAnswer
+		rtt, ans, err = d.node.Ping(pctx, pid)
+		if err == nil {
+			d.pollLoad(id, ans)
+		}
 		if dl, _ := pctx.Deadline(); err != nil && ctx.Err() == nil && !time.Now().Before(dl) {
 			// The peer did not answer on an open connection within its
 			// wait (the ping failed as its wait ran out: by the stream's

@@ -18,6 +18,7 @@ import (
 //	request  = 0x01 timeout_ms:uvarint accept_ms:uvarint id:str type:str payload:rest
 //	accept   = 0x02
 //	response = 0x03 outcome:u8 id:str error:str output:rest
+//	         | 0x04 outcome:u8 id:str error:str in_flight:uvarint queued:uvarint output:rest
 //	str      = length:uvarint bytes
 //
 // The length is a fixed four bytes so a reader takes it in one read and
@@ -26,11 +27,16 @@ import (
 // and are never copied twice. Durations are relative (milliseconds left,
 // rounded up), so the two peers' clocks need not agree. A zero timeout
 // means "none given" (the server applies its own cap); a zero accept_ms
-// means the client wants no accept frame.
+// means the client wants no accept frame. A response of kind 0x04 also
+// carries the server's load as it answered (Response.Load): requests
+// running and queued there, which the dispatcher rates it by, so that load
+// needs no gossip of its own.
 const (
 	kindRequest  byte = 0x01
 	kindAccept   byte = 0x02
 	kindResponse byte = 0x03
+	// kindLoadResponse is a response with the server's load in it.
+	kindLoadResponse byte = 0x04
 
 	// MaxRequestIDLen is the longest request ID, in bytes.
 	MaxRequestIDLen = 128
@@ -116,6 +122,15 @@ type Response struct {
 	ID string
 	// Result is the outcome, output and error message of the work.
 	workers.Result
+	// Load is the serving node's load when it answered; Known is false
+	// when the response carried none.
+	Load Load
+}
+
+// Load is a serving node's load: requests running and queued.
+type Load struct {
+	InFlight, Queued int
+	Known            bool
 }
 
 // frameLimit is the largest body accepted when payloads are bounded by
@@ -187,10 +202,18 @@ func appendAccept(dst []byte) []byte {
 // appendResponse appends r as one frame, cutting an over-long error
 // message and the ID to their limits. The caller bounds the output.
 func appendResponse(dst []byte, r *Response) []byte {
-	dst, start := beginFrame(dst, kindResponse)
+	kind := kindResponse
+	if r.Load.Known {
+		kind = kindLoadResponse
+	}
+	dst, start := beginFrame(dst, kind)
 	dst = append(dst, wireCode(r.Outcome))
 	dst = appendString(dst, workers.Truncate(r.ID, MaxRequestIDLen))
 	dst = appendString(dst, workers.Truncate(r.Error, workers.MaxErrorLen))
+	if r.Load.Known {
+		dst = binary.AppendUvarint(dst, uint64(max(r.Load.InFlight, 0)))
+		dst = binary.AppendUvarint(dst, uint64(max(r.Load.Queued, 0)))
+	}
 	dst = append(dst, r.Output...)
 	return endFrame(dst, start)
 }
@@ -307,6 +330,8 @@ func decodeServerFrame(body []byte, maxPayload int) (resp Response, accepted boo
 			return Response{}, false, fmt.Errorf("decode accept: %d unexpected bytes: %w", len(d.b), ErrMalformed)
 		}
 		return Response{}, true, nil
+	case k == kindLoadResponse:
+		resp.Load.Known = true
 	case k != kindResponse:
 		return Response{}, false, fmt.Errorf("frame kind 0x%02x where a response was expected: %w", k, ErrMalformed)
 	}
@@ -318,12 +343,20 @@ func decodeServerFrame(body []byte, maxPayload int) (resp Response, accepted boo
 	resp.Outcome = o
 	resp.ID = d.string("request id", MaxRequestIDLen)
 	resp.Error = d.string("error", workers.MaxErrorLen)
+	if resp.Load.Known {
+		resp.Load.InFlight = loadCount(d.uvarint("in flight"))
+		resp.Load.Queued = loadCount(d.uvarint("queued"))
+	}
 	resp.Output = d.rest(maxPayload, "output")
 	if d.err != nil {
 		return Response{}, false, fmt.Errorf("decode response: %w", d.err)
 	}
 	return resp, false, nil
 }
+
+// loadCount bounds a count of a peer's load read from the wire to what an
+// int holds on every platform.
+func loadCount(v uint64) int { return int(min(v, 1<<31-1)) }
 
 // bufPool recycles the buffers frames are encoded into. Only small buffers
 // go back, so one large payload does not pin a megabyte per P.

@@ -503,6 +503,12 @@ func (w *watchdog) takeOver() {
 	}
 }
 
+// load is the pool's load now, carried in every response.
+func (s *Server) load() Load {
+	st := s.pool.Stats()
+	return Load{InFlight: st.InFlight, Queued: st.Queued, Known: true}
+}
+
 // respond writes the response frame, then keeps the stream for the next
 // request (c.keep), or closes it after the client's acknowledgement while
 // the server drains; it resets the stream when writing fails.
@@ -510,7 +516,7 @@ func (s *Server) respond(c *wstream, req *Request, res workers.Result, sr *Serve
 	if len(res.Output) > s.cfg.maxPayload {
 		res = workers.Fail(workers.PermanentError, "%s: output of %d bytes exceeds the limit of %d", req.Type, len(res.Output), s.cfg.maxPayload)
 	}
-	resp := Response{ID: req.ID, Result: res}
+	resp := Response{ID: req.ID, Result: res, Load: s.load()}
 	if err := writeResponse(c.str, &resp); err != nil {
 		s.dropped.Add(1)
 		sr.Err = fmt.Errorf("write response: %w", err)

@@ -25,11 +25,6 @@ import (
 	"github.com/workmesh/workmesh/workers/protocol"
 )
 
-// loadAnnounceInterval is how often the stack looks at the local worker's
-// load and, when it changed, asks the node to re-announce. Peers rate load
-// over seconds, so fresher figures would only add gossip.
-const loadAnnounceInterval = time.Second
-
 // ErrUsage is wrapped by the errors of Start that come from the
 // configuration (a bad setting, a work type that cannot be built), as
 // opposed to a failure of the machine: `workmesh node start` exits 2 on
@@ -232,7 +227,6 @@ func Start(ctx context.Context, cfg config.Config, log *logrus.Logger, opts ...O
 			log.WithError(err).Error("dispatcher stopped")
 		}
 	})
-	s.wg.Go(s.announceLoad)
 	if err := ctx.Err(); err != nil {
 		return fail(fmt.Errorf("start: %w", err))
 	}
@@ -283,25 +277,9 @@ func servedLogger(log *logrus.Logger) func(protocol.ServedRequest) {
 	}
 }
 
-// announceLoad re-announces the node's record when the local worker's load
-// changed, at most once per loadAnnounceInterval.
-func (s *Stack) announceLoad() {
-	t := time.NewTicker(loadAnnounceInterval)
-	defer t.Stop()
-	var last pool.Stats
-	for {
-		select {
-		case <-s.ctx.Done():
-			return
-		case <-t.C:
-		}
-		st := s.pool.Stats()
-		if st.InFlight != last.InFlight || st.Queued != last.Queued {
-			last = st
-			s.node.Announce()
-		}
-	}
-}
+// The local worker's load is not announced: it travels in the answers to
+// work and to health pings (see dispatch's load.go), and the node's record
+// is re-signed only for what changes rarely.
 
 // withdrawGrace is how long a draining node keeps serving peers after it
 // withdrew its work types, even with nothing in progress: its peers learn

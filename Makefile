@@ -41,6 +41,7 @@ bench:
 	WMTEST_SCALE_NODES=$(SCALE_NODES) $(GO) test -run '^$$' -bench '^BenchmarkPerfScale$$' -benchtime 1x -timeout 8m ./tests/ 2>&1 | tee -a $(BENCH_RAW)
 	$(GO) test -run '^$$' -bench '^BenchmarkPerfHedgeMeasured$$' -benchtime 1x -timeout 3m ./tests/ 2>&1 | tee -a $(BENCH_RAW)
 	$(GO) test -run '^$$' -bench '^BenchmarkPerMessageCosts$$' -benchtime 2000x ./node/ 2>&1 | tee -a $(BENCH_RAW)
+	$(GO) test -run '^$$' -bench '^BenchmarkRecordPublishRate$$' -benchtime 1x ./workers/stack/ 2>&1 | tee -a $(BENCH_RAW)
 	$(GO) run ./bench/report -out bench/results.json $(BENCH_RAW)
 
 ## demo: an embedded four-node network on loopback, in one process: sample work, which peer served

@@ -206,7 +206,12 @@ func (n *Node) fetchLoop(ctx context.Context) {
 			return
 		case p = <-n.fetchQ:
 		}
-		if _, err := n.fetchNodeData(ctx, p, false); err != nil && ctx.Err() == nil {
+		// A peer behind a NAT may be reached through a relay only (its
+		// health answers come that way): one record fits a relayed
+		// connection's limits, and gossip does not cross such a
+		// connection, so this fetch may use it.
+		fctx := network.WithAllowLimitedConn(ctx, "workmesh record fetch")
+		if _, err := n.fetchNodeData(fctx, p, false); err != nil && ctx.Err() == nil {
 			n.log.WithField("peer", p.String()).Debugf("fetch the newer record a health answer named: %v", err)
 		}
 		n.fetchMu.Lock()

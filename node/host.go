@@ -58,7 +58,22 @@ var (
 	healthPeerLimit   = rcmgr.BaseLimit{StreamsInbound: 8, StreamsOutbound: 8, Streams: 16, Memory: 1 << 20}
 	nodedataLimit     = rcmgr.BaseLimit{StreamsInbound: 32, StreamsOutbound: 32, Streams: 64, Memory: 32 << 20}
 	nodedataPeerLimit = rcmgr.BaseLimit{StreamsInbound: 2, StreamsOutbound: 2, Streams: 4, Memory: 4 << 20}
+	// A dispatcher keeps up to 32 idle work streams to a worker beside
+	// those its requests use, and a burst puts a request on each of
+	// hundreds at once: libp2p's default of 64 inbound streams per peer
+	// and protocol (plus 4 per GiB of memory) refused streams of a burst
+	// of 256 at two workers. The worker's own limits (its pool, the
+	// per-peer limiter, local-reserve) bound the work; an idle stream
+	// costs no memory of the scope.
+	workPeerLimit = rcmgr.BaseLimit{StreamsInbound: 1024, StreamsOutbound: 1024, Streams: 2048, Memory: 64 << 20}
 )
+
+// WorkProtocol is the ID of the work protocol of network
+// (/workmesh/<network>/work/1.0.0, the ID workers/protocol serves), for the
+// host's stream limits.
+func WorkProtocol(network string) protocol.ID {
+	return protocol.ID("/workmesh/" + network + "/work/1.0.0")
+}
 
 // newResourceManager returns libp2p's default limits plus explicit ones for
 // the health and nodedata protocols. Its metrics are off: with them on, the
@@ -97,6 +112,7 @@ func newResourceManager(netName string) (network.ResourceManager, error) {
 		limits.AddProtocolLimit(l.proto, l.all, rcmgr.BaseLimitIncrease{})
 		limits.AddProtocolPeerLimit(l.proto, l.perPr, rcmgr.BaseLimitIncrease{})
 	}
+	limits.AddProtocolPeerLimit(WorkProtocol(netName), workPeerLimit, rcmgr.BaseLimitIncrease{})
 	rm, err := rcmgr.NewResourceManager(rcmgr.NewFixedLimiter(limits.AutoScale()), rcmgr.WithMetricsDisabled())
 	if err != nil {
 		return nil, fmt.Errorf("resource manager: %w", err)

@@ -178,7 +178,9 @@ func TestCommandBackgroundChildDoesNotOutliveRun(t *testing.T) {
 }
 
 func TestCommandConcurrencyBusy(t *testing.T) {
-	c := newCommand(t, config.CustomTypeConfig{Command: []string{"cat"}, Concurrency: 1})
+	// The first run lasts until it is cancelled (cat of an empty payload
+	// would end at once, and its slot with it, before the check below).
+	c := newCommand(t, config.CustomTypeConfig{Command: []string{"sleep", "60"}, Concurrency: 1})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan struct{})

@@ -31,23 +31,10 @@ func decodeResponseFast(data []byte) (r Response, ok bool) {
 	}
 	var seen [4]bool
 	ok = eachMember(data, func(key, value []byte) bool {
-		var i int
-		switch {
-		case equalFoldASCII(key, "jsonrpc"):
-			i = 0
-		case equalFoldASCII(key, "id"):
-			i = 1
-		case equalFoldASCII(key, "result"):
-			i = 2
-		case equalFoldASCII(key, "error"):
-			i = 3
-		default:
-			return plainKey(key)
+		i, known, ok := plainMember(key, &responseMembers, &seen)
+		if !known || !ok {
+			return ok // another key, or a repeated one: json.Unmarshal's rules apply
 		}
-		if seen[i] || !plainKey(key) {
-			return false // a repeated member: json.Unmarshal's rules apply
-		}
-		seen[i] = true
 		switch i {
 		case 0:
 			s, ok := plainStringValue(value)
@@ -79,24 +66,10 @@ func parseCallFast(raw []byte) (c Call, ok bool) {
 	}
 	var seen [4]bool
 	ok = eachMember(raw, func(key, value []byte) bool {
-		var i int
-		switch {
-		case equalFoldASCII(key, "jsonrpc"):
-			i = 0
-		case equalFoldASCII(key, "id"):
-			i = 1
-		case equalFoldASCII(key, "method"):
-			i = 2
-		case equalFoldASCII(key, "params"):
-			i = 3
-		default:
-			return plainKey(key)
+		i, known, ok := plainMember(key, &callMembers, &seen)
+		if !known || !ok {
+			return ok // another key, or a repeated one: json.Unmarshal's rules apply
 		}
-		if seen[i] || !plainKey(key) {
-			return false
-		}
-		seen[i] = true
-		var ok bool
 		switch i {
 		case 0:
 			c.JSONRPC, ok = plainStringValue(value)
@@ -110,6 +83,29 @@ func parseCallFast(raw []byte) (c Call, ok bool) {
 		return ok
 	})
 	return c, ok
+}
+
+// The members the fast decoders know, in the order of their switch cases.
+var (
+	responseMembers = [4]string{"jsonrpc", "id", "result", "error"}
+	callMembers     = [4]string{"jsonrpc", "id", "method", "params"}
+)
+
+// plainMember matches key against names as json.Unmarshal would (case
+// folded) and marks it seen. known is false for another key, and ok then
+// says whether that key is plain; for a known key ok is false when it is
+// repeated or not plain (json.Unmarshal's rules apply then), else true.
+func plainMember(key []byte, names *[4]string, seen *[4]bool) (i int, known, ok bool) {
+	for i = range names {
+		if equalFoldASCII(key, names[i]) {
+			if seen[i] || !plainKey(key) {
+				return i, true, false
+			}
+			seen[i] = true
+			return i, true, true
+		}
+	}
+	return 0, false, plainKey(key)
 }
 
 // plainKey reports whether a key as written is ASCII with no escape, so

@@ -52,6 +52,11 @@ type Memory interface {
 // A sender that claims a large frame and sends little of it holds little;
 // all that the read reserved is given back when it fails.
 func Read(r io.Reader, limit int, mem Memory) (body []byte, reserved int, err error) {
+	return read(r, limit, mem, 2)
+}
+
+// read is Read and ReadFast, a large body's buffer growing by factor.
+func read(r io.Reader, limit int, mem Memory, factor int) (body []byte, reserved int, err error) {
 	var hdr [HeaderLen]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
 		if errors.Is(err, io.ErrUnexpectedEOF) {
@@ -73,7 +78,7 @@ func Read(r io.Reader, limit int, mem Memory) (body []byte, reserved int, err er
 		}
 		return body, 0, nil
 	}
-	return readGrowing(r, int(n), mem, 2)
+	return readGrowing(r, int(n), mem, factor)
 }
 
 // ReadFast is Read for large frames whose memory may run further ahead of
@@ -85,28 +90,7 @@ func Read(r io.Reader, limit int, mem Memory) (body []byte, reserved int, err er
 // claims a large frame and sends little of it holds at most about five
 // times what it sent, all of it reserved in mem first as with Read.
 func ReadFast(r io.Reader, limit int, mem Memory) (body []byte, reserved int, err error) {
-	var hdr [HeaderLen]byte
-	if _, err := io.ReadFull(r, hdr[:]); err != nil {
-		if errors.Is(err, io.ErrUnexpectedEOF) {
-			return nil, 0, fmt.Errorf("frame header: %w", ErrTruncated)
-		}
-		return nil, 0, err
-	}
-	n := binary.BigEndian.Uint32(hdr[:])
-	if n == 0 {
-		return nil, 0, fmt.Errorf("empty frame: %w", ErrMalformed)
-	}
-	if uint64(n) > uint64(limit) {
-		return nil, 0, fmt.Errorf("frame of %d bytes exceeds the limit of %d: %w", n, limit, ErrTooLarge)
-	}
-	if n < GrowStep && n < ReserveThreshold {
-		body = make([]byte, n)
-		if got, err := io.ReadFull(r, body); err != nil {
-			return nil, 0, bodyError(err, got, int(n))
-		}
-		return body, 0, nil
-	}
-	return readGrowing(r, int(n), mem, 4)
+	return read(r, limit, mem, 4)
 }
 
 // GrowStep is the first allocation of a large body (Read), which then

@@ -272,9 +272,17 @@ func TestStreams_WorkerRestartGetsAFreshStream(t *testing.T) {
 	workertest.Must(t, serverHost.Close())
 	restarted := newKeyedHost(t, priv, addr)
 	p2 := newPairOn(t, clientHost, restarted, nil)
+	// The old host closed its connection; until the client's host has
+	// taken that in, a new stream would go on the dead connection and meet
+	// the restarted worker's stateless reset (a connection lost, which the
+	// dispatcher retries elsewhere; a worker killed without closing its
+	// connections costs that one attempt).
 	testkit.WaitFor(t, workertest.FailAfter, "the client to see the old connection gone", func() error {
 		if n := p.client.idleStreams(restarted.ID()); n != 0 {
 			return fmt.Errorf("%d idle streams", n)
+		}
+		if n := len(clientHost.Network().ConnsToPeer(restarted.ID())); n != 0 {
+			return fmt.Errorf("%d connections to the old worker", n)
 		}
 		return nil
 	})

@@ -148,18 +148,20 @@ func TestHostileReflectionNoDialsToUnobservedAddress(t *testing.T) {
 					}
 				}
 			}
+			// Most of them: a loaded machine's gossip may shed some of the
+			// attacker's messages (a clean-clone CI run held 77 of 100 at
+			// one node after 10s). What is measured is the packets to the
+			// victim, for however many are held.
+			minHeld := len(fakes) / 2
 			for _, m := range nodes {
-				// Most of them (a loaded machine's gossip may shed a few
-				// of the attacker's messages): what is measured is the
-				// packets to the victim, for however many are held.
-				waitFor(t, 10*time.Second, m.name+" holds the made-up identities (at least 90 of 100)", func() error {
+				waitFor(t, 20*time.Second, m.name+" holds the made-up identities (at least half of them)", func() error {
 					held := 0
 					for _, f := range fakes {
 						if _, ok := m.node.Peers().Get(f.id); ok {
 							held++
 						}
 					}
-					if held < len(fakes)*9/10 {
+					if held < minHeld {
 						return fmt.Errorf("%d of %d", held, len(fakes))
 					}
 					return nil
@@ -191,7 +193,7 @@ func TestHostileReflectionNoDialsToUnobservedAddress(t *testing.T) {
 							n++
 						}
 					}
-					if n < held || held < len(fakes)*9/10 {
+					if n < held || held < minHeld {
 						return fmt.Errorf("%d of the %d held (of %d) unreachable or failed", n, held, len(fakes))
 					}
 					return nil

@@ -515,8 +515,11 @@ func TestHostileMetricsBounded(t *testing.T) {
 	_, topic := rawGossiper(t, ctx, gw.node)
 	fakes := fakePeers(t, 300)
 	base := uint64(time.Now().UnixNano())
-	// Rounds of all 300 until the gateway holds them (a relaying peer
-	// introduces 256 at once, then 8 a second).
+	// Rounds of all 300 until the gateway holds most of them (a relaying
+	// peer introduces 256 at once, then 8 a second; on a loaded machine
+	// the rounds of 300 signed records come slowly). Far more peers than
+	// /metrics may name is what the test needs.
+	const enough = 256
 	round := 0
 	_, err := testkit.Poll(15*time.Second, func() error {
 		round++
@@ -528,7 +531,7 @@ func TestHostileMetricsBounded(t *testing.T) {
 				return err
 			}
 		}
-		if n := gw.node.Peers().Len(); n < len(fakes)+2 {
+		if n := gw.node.Peers().Len(); n < enough+2 {
 			return fmt.Errorf("gateway holds %d peers", n)
 		}
 		return nil
@@ -548,6 +551,6 @@ func TestHostileMetricsBounded(t *testing.T) {
 		t.Errorf("/metrics names %d peers, want at most 16 and local, other (the first: %v)", len(peers), peers[:5])
 	}
 	if size > quiet+32<<10 {
-		t.Errorf("/metrics grew from %d to %d bytes with 300 made-up peers, want at most %d more", quiet, size, 32<<10)
+		t.Errorf("/metrics grew from %d to %d bytes with %d peers in the table, want at most %d more", quiet, size, gw.node.Peers().Len(), 32<<10)
 	}
 }

@@ -68,7 +68,7 @@ func ratioAtLeast(limit float64) func(row) bool {
 var figures = []figure{
 	{
 		name:     "remote echo round trip via dispatcher vs bare libp2p stream (median)",
-		workmesh: source{"BenchmarkDispatchEchoVsBareStream", "dispatch-median-us"},
+		workmesh: source{"BenchmarkDispatchEchoVsBareStream", "dispatch-new-median-us"},
 		baseline: source{"BenchmarkDispatchEchoVsBareStream", "bare-median-us"},
 		ratio:    source{"BenchmarkDispatchEchoVsBareStream", "ratio"},
 		unit:     "µs", goal: "<= 1.25", met: ratioAtMost(1.25),

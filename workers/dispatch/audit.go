@@ -48,6 +48,13 @@ func (a *auditor) maybe(req WorkRequest, res WorkResult) {
 		!a.d.catalog[req.Type].Deterministic || rand.Float64() >= a.rate {
 		return
 	}
+	a.start(req, res)
+}
+
+// start audits res in a goroutine of its own, when an audit slot is free.
+// It is apart from maybe, whose every call would otherwise allocate what
+// the goroutine captures.
+func (a *auditor) start(req WorkRequest, res WorkResult) {
 	pid, err := peer.Decode(res.Worker)
 	if err != nil {
 		return

@@ -117,10 +117,10 @@ func New(reg *workers.Registry, cfg config.WorkerConfig, log logrus.FieldLogger)
 		log:         log.WithField("component", "local-worker"),
 		concurrency: cfg.LocalConcurrency,
 		queueSize:   cfg.WorkerBufferSize,
-		ctx:         ctx,
 		cancel:      cancel,
 		turns:       make(chan struct{}, cfg.LocalConcurrency),
 	}
+	p.ctx = context.WithValue(ctx, poolKey{}, p)
 	run, places := reserved(cfg.LocalReserve, cfg.LocalConcurrency, cfg.WorkerBufferSize)
 	p.reserveRun, p.reservePlaces = run, places
 	p.peerPlaces = cfg.LocalConcurrency + cfg.WorkerBufferSize - run - places
@@ -260,10 +260,27 @@ func (p *Pool) admit(ctx context.Context, workType string, payload []byte, fromP
 	p.mu.RUnlock()
 
 	jctx, cancel := context.WithCancelCause(ctx)
-	t = &Ticket{peer: fromPeer, ctx: jctx, cancel: cancel, workType: workType, payload: payload}
-	t.stopPool = context.AfterFunc(p.ctx, func() { cancel(context.Cause(p.ctx)) })
+	t = &Ticket{peer: fromPeer, ctx: jctx, cancel: cancel, workType: workType, payload: payload, stopPool: linkedAlready}
+	if owner, _ := ctx.Value(poolKey{}).(*Pool); owner != p {
+		// Not a context of the pool's (Context): linked to it here, so
+		// that Close cancels it all the same.
+		t.stopPool = context.AfterFunc(p.ctx, func() { cancel(context.Cause(p.ctx)) })
+	}
 	return t, workers.Result{}, true
 }
+
+// poolKey marks the contexts that descend from a pool's own (Context).
+type poolKey struct{}
+
+// linkedAlready is the stopPool of a Ticket whose context descends from
+// the pool's: nothing links them but the descent.
+func linkedAlready() bool { return true }
+
+// Context returns the pool's context: it ends when the pool is closed, with
+// ErrPoolClosed as its cause. A request admitted with a context that
+// descends from it (the work protocol server's) is cancelled by Close
+// through that descent; any other is linked to the pool on admission.
+func (p *Pool) Context() context.Context { return p.ctx }
 
 // lateFor says whether a request with ctx's deadline, queued now, would
 // likely end after that deadline, and answers it Busy then: the request
@@ -317,7 +334,7 @@ func (p *Pool) peersBusy(workType string) workers.Result {
 // first, or the pool is closed, it releases the Ticket and returns why. A
 // peer's request takes a turn of the peers' share first.
 func (p *Pool) takeTurn(t *Ticket) (workers.Result, bool) {
-	if t.peer && p.peerTurns != nil {
+	if t.peer && p.peerTurns != nil && !tryTurn(p.peerTurns) {
 		select {
 		case p.peerTurns <- struct{}{}:
 		case <-t.ctx.Done():
@@ -325,12 +342,14 @@ func (p *Pool) takeTurn(t *Ticket) (workers.Result, bool) {
 			return p.release(t, false, p.notRun(t)), false
 		}
 	}
-	select {
-	case p.turns <- struct{}{}:
-	case <-t.ctx.Done():
-		p.queued.Add(-1)
-		p.releasePeerTurn(t)
-		return p.release(t, false, p.notRun(t)), false
+	if !tryTurn(p.turns) {
+		select {
+		case p.turns <- struct{}{}:
+		case <-t.ctx.Done():
+			p.queued.Add(-1)
+			p.releasePeerTurn(t)
+			return p.release(t, false, p.notRun(t)), false
+		}
 	}
 	p.queued.Add(-1)
 	// Checked after the turn was taken as well: select picks at random
@@ -340,6 +359,18 @@ func (p *Pool) takeTurn(t *Ticket) (workers.Result, bool) {
 		return p.release(t, true, p.notRun(t)), false
 	}
 	return workers.Result{}, true
+}
+
+// tryTurn takes a turn of turns if one is free now. A request that need
+// not wait never asks for its context's Done channel, which the context
+// makes only when asked.
+func tryTurn(turns chan struct{}) bool {
+	select {
+	case turns <- struct{}{}:
+		return true
+	default:
+		return false
+	}
 }
 
 // notRun says why a request that waited did not run.

@@ -36,17 +36,19 @@ type Client struct {
 	opened atomic.Uint64 // streams opened, for tests
 }
 
-// cstream is one work stream of a client. Its reader goroutine reads every
-// frame the server sends and hands it to the call that owns the stream,
-// so a stream that ends while idle (the server's FIN, a reset, a lost
+// cstream is one work stream of a client. The call that owns the stream
+// reads its frames itself, on its own goroutine. A stream idle in the pool
+// for watchDelay gets a watch (idleWatch): a read pending on it, so that a
+// stream that ends while idle (the server's FIN, a reset, a lost
 // connection) leaves the pool at once, and its FIN is answered at once (a
-// draining server waits for that).
+// draining server waits for that). A call that takes a watched stream
+// takes the watch's read over as the first of its response. A stream used
+// again within watchDelay, as under load, has no goroutine of its own.
 type cstream struct {
 	p   peer.ID
 	str network.Stream
-	in  chan frameIn // the frames read, for the call that owns the stream
-	// dead is set when the reader has ended; eof when it ended at the
-	// server's FIN (the stream is closed, not reset).
+	// dead is set when the idle watch found the stream ended; eof when the
+	// stream ended at the server's FIN (closed, not reset).
 	dead, eof atomic.Bool
 	// used says the stream has carried a whole exchange, so that the end
 	// of the stream where a response should begin is the server's
@@ -56,9 +58,49 @@ type cstream struct {
 	// acceptTimer the stream's timer for it.
 	acceptState atomic.Int32
 	acceptTimer *time.Timer
+	// watchTimer starts the idle watch; watch is the watch pending
+	// (guarded by the client's mu). takeover is the watch the owning call
+	// took the stream with; first is the byte that watch read, the first
+	// of the response, and pending says it is still to be read.
+	watchTimer *time.Timer
+	watch      *idleWatch
+	takeover   *idleWatch
+	first      [1]byte
+	pending    bool
 	// inPool and idleSince are guarded by the client's mu.
 	inPool    bool
 	idleSince time.Time
+}
+
+// idleWatch is the read an idle stream's watch keeps pending, and its
+// result, set before done is closed.
+type idleWatch struct {
+	done chan struct{}
+	b    [1]byte
+	n    int
+	err  error
+}
+
+// watchDelay is how long a stream stays in the pool before it is watched.
+const watchDelay = 10 * time.Millisecond
+
+// Read reads the stream for the call that owns it: first the byte its idle
+// watch read, if it took one over, then the stream.
+func (cs *cstream) Read(b []byte) (int, error) {
+	if w := cs.takeover; w != nil {
+		cs.takeover = nil
+		<-w.done // the call's end resets the stream, which ends the read
+		if w.n == 0 {
+			return 0, w.err
+		}
+		cs.first[0], cs.pending = w.b[0], true
+	}
+	if cs.pending && len(b) > 0 {
+		cs.pending = false
+		b[0] = cs.first[0]
+		return 1, nil
+	}
+	return cs.str.Read(b)
 }
 
 // acceptExpired resets the stream of a call whose worker sent nothing
@@ -67,12 +109,6 @@ func (cs *cstream) acceptExpired() {
 	if cs.acceptState.CompareAndSwap(acceptWaiting, acceptExpired) {
 		_ = cs.str.Reset()
 	}
-}
-
-// frameIn is one frame read on a stream, or the error that ended it.
-type frameIn struct {
-	body []byte
-	err  error
 }
 
 // errNotTaken means a stream that had carried requests before ended where
@@ -246,8 +282,14 @@ func (c *Client) call(ctx context.Context, cs *cstream, req *Request, acceptBy t
 	// and the server sees the reset and cancels the work.
 	stop := context.AfterFunc(ctx, func() { _ = cs.str.Reset() })
 	resp, whole, err := c.exchange(ctx, cs, req, acceptBy)
-	if !stop() {
-		whole = false // reset by the context
+	if !stop() || err == nil && pastDeadline(ctx) {
+		// Reset by the context, or its deadline passed and its timer is
+		// late: the call ends with its context, as it would have had
+		// the reset come a moment sooner (Do wraps the context's error).
+		whole = false
+		if err == nil {
+			err = fmt.Errorf("the response came in as the call's deadline passed: %w", context.DeadlineExceeded)
+		}
 	}
 	if err != nil || !whole {
 		c.discard(cs)
@@ -258,16 +300,20 @@ func (c *Client) call(ctx context.Context, cs *cstream, req *Request, acceptBy t
 	return resp, nil
 }
 
-// stream opens a new stream to p and starts its reader.
+// pastDeadline reports whether ctx's deadline has passed.
+func pastDeadline(ctx context.Context) bool {
+	dl, ok := ctx.Deadline()
+	return ok && !time.Now().Before(dl)
+}
+
+// stream opens a new stream to p.
 func (c *Client) stream(ctx context.Context, p peer.ID) (*cstream, error) {
 	str, err := c.h.NewStream(ctx, p, c.pid)
 	if err != nil {
 		return nil, err
 	}
 	c.opened.Add(1)
-	cs := &cstream{p: p, str: str, in: make(chan frameIn, 2)}
-	go c.read(cs)
-	return cs, nil
+	return &cstream{p: p, str: str}, nil
 }
 
 // take returns the most recently used idle stream to p, or nil.
@@ -286,9 +332,13 @@ func (c *Client) take(p peer.ID) *cstream {
 		list[len(list)-1] = nil
 		list = list[:len(list)-1]
 		cs.inPool = false
-		// A frame that came in while the stream was idle is one nobody
-		// asked for; a closed connection took the stream with it.
-		if len(cs.in) > 0 || cs.dead.Load() || cs.str.Conn().IsClosed() {
+		if cs.watchTimer != nil {
+			cs.watchTimer.Stop() // a watch that starts anyway finds it taken
+		}
+		// The call takes a pending watch over.
+		cs.takeover, cs.watch = cs.watch, nil
+		// A closed connection took the stream with it.
+		if cs.dead.Load() || cs.str.Conn().IsClosed() {
 			broken = append(broken, cs)
 			continue
 		}
@@ -333,6 +383,11 @@ func (c *Client) put(cs *cstream) {
 	if c.sweep == nil {
 		c.sweep = time.AfterFunc(c.cfg.clientIdle, c.closeIdle)
 	}
+	if cs.watchTimer == nil {
+		cs.watchTimer = time.AfterFunc(watchDelay, func() { c.watchIdle(cs) })
+	} else {
+		cs.watchTimer.Reset(watchDelay)
+	}
 	c.mu.Unlock()
 }
 
@@ -341,6 +396,9 @@ func (c *Client) put(cs *cstream) {
 // for it), Reset otherwise (the server cancels the work of a request it
 // is running).
 func (c *Client) discard(cs *cstream) {
+	if cs.watchTimer != nil {
+		cs.watchTimer.Stop()
+	}
 	if cs.eof.Load() {
 		_ = cs.str.Close()
 		return
@@ -383,42 +441,36 @@ func (c *Client) closeIdle() {
 	}
 }
 
-// read is a stream's reader goroutine: it hands every frame to the call
-// that owns the stream, until the stream ends.
-func (c *Client) read(cs *cstream) {
-	limit := frameLimit(c.cfg.maxPayload)
-	for {
-		body, reserved, err := frame.ReadFast(cs.str, limit, cs.str.Scope())
-		if reserved > 0 {
-			// The output becomes the caller's memory once returned.
-			cs.str.Scope().ReleaseMemory(reserved)
-		}
-		if errors.Is(err, io.EOF) {
-			cs.eof.Store(true) // before the owning call can see it
-		}
-		select {
-		case cs.in <- frameIn{body, err}:
-		default:
-			// More frames than an exchange has: nobody waits for them.
-			_ = cs.str.Reset()
-			if err == nil {
-				err = fmt.Errorf("a frame nobody asked for: %w", ErrMalformed)
-			}
-		}
-		if err != nil {
-			c.lost(cs)
-			return
-		}
-	}
-}
-
-// lost takes a stream whose reader ended out of the pool, closing it (its
-// FIN came: answered with the client's) or resetting it.
-func (c *Client) lost(cs *cstream) {
-	cs.dead.Store(true)
+// watchIdle starts the watch of a stream idle for watchDelay, on the
+// timer's goroutine: a read that ends when the stream does, or when a
+// byte nobody asked for comes in. A call that took the stream meanwhile
+// leaves nothing to watch; one that takes it while the read is pending
+// takes the read over (Read). The read is never abandoned: it ends with
+// the stream, which every path ends.
+func (c *Client) watchIdle(cs *cstream) {
 	c.mu.Lock()
-	was := cs.inPool
-	if was {
+	if !cs.inPool || cs.watch != nil {
+		c.mu.Unlock()
+		return
+	}
+	w := &idleWatch{done: make(chan struct{})}
+	cs.watch = w
+	c.mu.Unlock()
+	n, err := cs.str.Read(w.b[:])
+	if errors.Is(err, io.EOF) {
+		cs.eof.Store(true) // before the call that took it can see the result
+	}
+	c.mu.Lock()
+	w.n, w.err = n, err
+	// Not taken over, and still in the pool: the stream ended while idle,
+	// and is this watch's to end. (One the client's Close or idle sweep
+	// took out of the pool, that closed it, is done with.)
+	mine := cs.watch == w && cs.inPool
+	if cs.watch == w {
+		cs.watch = nil
+		cs.dead.Store(true)
+	}
+	if mine {
 		cs.inPool = false
 		list := c.idle[cs.p]
 		if i := slices.Index(list, cs); i >= 0 {
@@ -426,9 +478,15 @@ func (c *Client) lost(cs *cstream) {
 		}
 	}
 	c.mu.Unlock()
-	if was {
-		c.discard(cs)
+	close(w.done)
+	if !mine {
+		return
 	}
+	if n > 0 {
+		_ = cs.str.Reset() // a frame nobody asked for
+		return
+	}
+	c.discard(cs)
 }
 
 // exchange writes the request and reads the response on cs; a worker
@@ -474,7 +532,7 @@ func (c *Client) exchange(ctx context.Context, cs *cstream, req *Request, accept
 		if cs.used && !timedOut() {
 			// The server may have closed the stream between requests:
 			// then its FIN is there to read.
-			if f, ok := recvFrame(ctx, cs); ok && f.body == nil && errors.Is(f.err, io.EOF) {
+			if body, err := c.readFrame(cs); body == nil && errors.Is(err, io.EOF) && ctx.Err() == nil {
 				return Response{}, false, errNotTaken
 			}
 		}
@@ -485,8 +543,7 @@ func (c *Client) exchange(ctx context.Context, cs *cstream, req *Request, accept
 	}
 
 	for first := true; ; first = false {
-		f, _ := recvFrame(ctx, cs)
-		body, err := f.body, f.err
+		body, err := c.readFrame(cs)
 		if err != nil {
 			if first && !cs.used && errors.Is(err, refusedByLimits) {
 				return Response{}, false, fmt.Errorf("%w: %w", errRefused, err)
@@ -525,16 +582,19 @@ func (c *Client) exchange(ctx context.Context, cs *cstream, req *Request, accept
 	}
 }
 
-// recvFrame returns the next frame read on cs. The context's end resets
-// the stream, which ends the reader with an error it hands on; ok is
-// false when the context ended first all the same.
-func recvFrame(ctx context.Context, cs *cstream) (frameIn, bool) {
-	select {
-	case f := <-cs.in:
-		return f, true
-	case <-ctx.Done():
-		return frameIn{err: contextError(ctx)}, false
+// readFrame reads the next frame on cs for the call that owns it. The
+// context's end and the accept timeout reset the stream, which ends the
+// read with an error.
+func (c *Client) readFrame(cs *cstream) ([]byte, error) {
+	body, reserved, err := frame.ReadFast(cs, frameLimit(c.cfg.maxPayload), cs.str.Scope())
+	if reserved > 0 {
+		// The output becomes the caller's memory once returned.
+		cs.str.Scope().ReleaseMemory(reserved)
 	}
+	if errors.Is(err, io.EOF) {
+		cs.eof.Store(true)
+	}
+	return body, err
 }
 
 // The states of a call's accept timeout (see Client.exchange).

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -98,7 +97,10 @@ func NewServer(h host.Host, network string, pool *pool.Pool, opts ...Option) (*S
 	if err != nil {
 		return nil, fmt.Errorf("new work server: %w", err)
 	}
-	ctx, cancel := context.WithCancelCause(context.Background())
+	// The server's requests end when its pool closes: their contexts
+	// descend from the pool's, which spares the pool a link of its own to
+	// each of them.
+	ctx, cancel := context.WithCancelCause(pool.Context())
 	s := &Server{h: h, pid: ProtocolID(network), pool: pool, cfg: cfg, ctx: ctx, cancel: cancel, ackWait: defaultAckWait,
 		incomplete: newIncomplete(cfg.incomplete)}
 	s.cfg.log = cfg.log.WithField("protocol", string(s.pid))
@@ -185,6 +187,9 @@ func (s *Server) handle(str network.Stream) {
 	if w := c.watch; w != nil {
 		<-w.done // the stream has ended, and with it the watchdog's read
 	}
+	if c.idle != nil {
+		c.idle.Stop()
+	}
 }
 
 // serveOne serves the stream's next request; c.keep says afterwards
@@ -226,7 +231,13 @@ func (s *Server) next(c *wstream) bool {
 		c.endIdle()
 		return false
 	}
-	_ = c.str.SetDeadline(time.Now().Add(s.cfg.idleTimeout))
+	// The idle timeout is a timer of the stream's, set again for each
+	// wait, not a read deadline: a read that blocks with a deadline set
+	// costs the transport a timer of its own every time (QUIC's does).
+	// When it fires on a stream still idle, endIdle closes it, which ends
+	// the read.
+	_ = c.str.SetDeadline(time.Time{})
+	c.armIdle(s.cfg.idleTimeout)
 	var n int
 	var err error
 	if w := c.watch; w != nil {
@@ -238,15 +249,14 @@ func (s *Server) next(c *wstream) bool {
 	} else {
 		n, err = c.str.Read(c.first[:])
 	}
+	c.idle.Stop()
 	if !c.state.CompareAndSwap(streamIdle, streamBusy) {
-		return false // endIdle ended it; whatever arrived is not taken
+		return false // endIdle ended it (the idle timeout, or the server closing); whatever arrived is not taken
 	}
 	if n == 0 {
 		switch {
 		case errors.Is(err, io.EOF):
 			_ = c.str.Close() // the client is done with it
-		case errors.Is(err, os.ErrDeadlineExceeded):
-			_ = c.str.Close()
 		default:
 			_ = c.str.Reset()
 			s.cfg.log.WithField("peer", c.peer).Debugf("idle work stream ended: %v", err)
@@ -283,6 +293,9 @@ type wstream struct {
 	// keep is set once a response is written on a stream that may carry
 	// the next request.
 	keep bool
+	// idle is the stream's idle timer (next): it ends the stream when it
+	// has waited for its next request for the idle timeout.
+	idle *time.Timer
 	// grace is the stream's grace timer (execute); when it fires, fire
 	// sends the watchdog it starts for the request in ticket and accept
 	// on fired.
@@ -302,8 +315,18 @@ func (c *wstream) Read(b []byte) (int, error) {
 	return c.str.Read(b)
 }
 
+// armIdle starts the stream's idle timer for d.
+func (c *wstream) armIdle(d time.Duration) {
+	if c.idle == nil {
+		c.idle = time.AfterFunc(d, c.endIdle)
+		return
+	}
+	c.idle.Reset(d)
+}
+
 // endIdle ends the stream if it is waiting for a request: the server is
-// closing. A stream carrying a request ends after its response (next).
+// closing, or the stream has been idle for the idle timeout. A stream
+// carrying a request ends after its response (next).
 func (c *wstream) endIdle() {
 	if c.state.CompareAndSwap(streamIdle, streamEnded) {
 		_ = c.str.Close()

@@ -173,7 +173,8 @@ func (h *RPC) serveOne(ctx context.Context, raw json.RawMessage) (jsonrpc.Respon
 	}
 	req := dispatch.WorkRequest{Type: h.cfg.workType, Payload: payload, Timeout: h.cfg.timeout}
 	if n, ok := jsonrpc.BlockOf(c.Method, c.Params); ok {
-		req.MinHead = &n
+		minHead := n // on the heap only for the requests that name a block
+		req.MinHead = &minHead
 	}
 	res := h.dispatch(ctx, req)
 	if c.Notification() {

@@ -64,10 +64,12 @@ type Relay struct {
 	client *http.Client
 	// direct is the client's transport when a request may go to it
 	// without Client.Do (see send); nil otherwise.
-	direct  *http.Transport
-	log     logrus.FieldLogger
-	opts    options
-	chainID uint64
+	direct *http.Transport
+	// template is every upstream request's method, URL and header.
+	template *http.Request
+	log      logrus.FieldLogger
+	opts     options
+	chainID  uint64
 
 	head    atomic.Uint64
 	hasHead atomic.Bool
@@ -216,6 +218,8 @@ func New(ctx context.Context, cfg config.JSONRPCConfig, log logrus.FieldLogger, 
 		j.client = &http.Client{Transport: t}
 	}
 	j.direct = directTransport(j.client, u)
+	j.template = &http.Request{Method: http.MethodPost, URL: u, Host: u.Host, Header: postHeader,
+		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1}
 
 	want, haveWant := uint64(0), cfg.ChainID != ""
 	if haveWant {
@@ -408,20 +412,27 @@ func (j *Relay) post(ctx context.Context, body []byte) (int, []byte, error) {
 	return resp.StatusCode, data, nil
 }
 
-// request is a POST of body to the upstream.
-func (j *Relay) request(ctx context.Context, body []byte) (*http.Request, error) {
-	// The upstream URL was parsed once, in New; each request has its own
-	// copy, as the client may rewrite a request's URL.
+// request is a POST of body to the upstream: a copy of the relay's
+// request template (made once, in New: method, URL, header) with ctx and
+// the body, rather than a new request parsed from strings each time.
+func (j *Relay) request(ctx context.Context, body []byte) *http.Request {
+	req := j.template.WithContext(ctx)
+	// Each request has its own copy of the URL, as the client may rewrite
+	// a request's URL.
 	u := *j.url
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "", bytes.NewReader(body))
-	if err != nil {
-		return nil, err
+	req.URL = &u
+	req.ContentLength = int64(len(body))
+	req.Body = io.NopCloser(bytes.NewReader(body))
+	// The transport sends the body again on a kept-alive connection the
+	// upstream closed before it read the request.
+	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	if len(body) == 0 {
+		req.Body, req.GetBody = http.NoBody, func() (io.ReadCloser, error) { return http.NoBody, nil }
 	}
-	req.URL, req.Host, req.Header = &u, u.Host, postHeader
 	if j.client.Jar != nil { // a client of WithClient's adds its cookies to the header
 		req.Header = postHeader.Clone()
 	}
-	return req, nil
+	return req
 }
 
 // send posts body to the upstream. With a plain client (see
@@ -432,10 +443,7 @@ func (j *Relay) request(ctx context.Context, body []byte) (*http.Request, error)
 // through Client.Do, which follows it as it always has (the upstream sees
 // the first request twice, its redirect not being an answer).
 func (j *Relay) send(ctx context.Context, body []byte) (*http.Response, error) {
-	req, err := j.request(ctx, body)
-	if err != nil {
-		return nil, err
-	}
+	req := j.request(ctx, body)
 	if j.direct == nil {
 		return j.client.Do(req)
 	}
@@ -448,10 +456,7 @@ func (j *Relay) send(ctx context.Context, body []byte) (*http.Response, error) {
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10)) // so the connection is kept
 	resp.Body.Close()
-	if req, err = j.request(ctx, body); err != nil {
-		return nil, err
-	}
-	return j.client.Do(req)
+	return j.client.Do(j.request(ctx, body))
 }
 
 // directTransport returns c's transport when a request to u may skip

@@ -255,8 +255,9 @@ func (r *rpcRig) rounds(c *rpcClient, client, calls int) rpcSamples {
 	return s
 }
 
-// run has clients clients run calls rounds each at once, b.N times, and
-// reports the figures. More than 1% of the calls failing fails it.
+// run has clients clients run calls rounds each at once, b.N times, after
+// two untimed rounds each that open their connections, and reports the
+// figures. More than 1% of the calls failing fails it.
 func (r *rpcRig) run(b *testing.B, clients, calls int) {
 	var (
 		all rpcSamples
@@ -264,6 +265,19 @@ func (r *rpcRig) run(b *testing.B, clients, calls int) {
 		wg  sync.WaitGroup
 	)
 	c := newRPCClient(clients)
+	// Each client's first call on a path dials (and the paths behind it
+	// open connections and streams for this many at once): warm up, untimed,
+	// so that every path's figure is that of kept-alive connections.
+	for k := range clients {
+		wg.Go(func() {
+			if s := r.rounds(c, k+1, 2); s.firstErr != nil {
+				b.Logf("warm-up: %v", s.firstErr)
+			}
+		})
+	}
+	wg.Wait()
+	b.ResetTimer()
+	load := startHostLoad(b)
 	for range b.N {
 		for k := range clients {
 			wg.Go(func() {
@@ -282,6 +296,13 @@ func (r *rpcRig) run(b *testing.B, clients, calls int) {
 		b.Fatalf("%d of %d calls failed (more than 1%%), the first: %v", all.failed, all.calls, all.firstErr)
 	}
 	b.ReportMetric(float64(all.failed), "failed")
+	// Other sessions on the machine take cores from these clients and
+	// nodes: the 32-client figures at least double when they keep one of
+	// two cores busy.
+	if other, ok := load.otherCores(b); ok {
+		b.ReportMetric(other, "other-load-cores")
+		b.ReportMetric(float64(load.cpus), "host-cores")
+	}
 	p50 := func(d []time.Duration) float64 { return us(percentile(d, 50)) }
 	p99 := func(d []time.Duration) float64 { return us(percentile(d, 99)) }
 	direct, inNode, remote, bare := p50(all.direct), p50(all.inNode), p50(all.remote), p50(all.bare)
@@ -337,4 +358,63 @@ func BenchmarkRPCVsDirectUpstream(b *testing.B) {
 		logs.method, logs.result = "eth_getLogs", benchLogs
 		logs.run(b, 1, 60)
 	})
+}
+
+// hostLoad is the machine's CPU time from /proc/stat and this process's
+// at the start of a measurement.
+type hostLoad struct {
+	busy, total uint64 // host, in clock ticks, all CPUs
+	cpus        int    // the host's CPUs that /proc/stat lists
+	own         time.Duration
+	at          time.Time
+	ok          bool // false where /proc/stat cannot be read
+}
+
+func startHostLoad(tb testing.TB) hostLoad {
+	l := hostLoad{own: cpuTime(tb), at: time.Now()}
+	l.busy, l.total, l.cpus, l.ok = readProcStat()
+	return l
+}
+
+// otherCores is how many cores, on average, processes other than this
+// one kept busy since l was taken.
+func (l hostLoad) otherCores(tb testing.TB) (float64, bool) {
+	own, at := cpuTime(tb), time.Now()
+	busy, total, _, ok := readProcStat()
+	if !l.ok || !ok || total <= l.total || !at.After(l.at) {
+		return 0, false
+	}
+	host := float64(busy-l.busy) / float64(total-l.total) * float64(l.cpus)
+	return max(host-(own-l.own).Seconds()/at.Sub(l.at).Seconds(), 0), true
+}
+
+// readProcStat reads the busy and total time of all CPUs (the "cpu"
+// line: user, nice, system, idle, iowait, irq, softirq, steal; idle and
+// iowait are not busy) and the number of CPUs.
+func readProcStat() (busy, total uint64, cpus int, ok bool) {
+	data, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0, 0, false
+	}
+	lines := strings.Split(string(data), "\n")
+	f := strings.Fields(lines[0])
+	if len(f) < 9 || f[0] != "cpu" {
+		return 0, 0, 0, false
+	}
+	for i, v := range f[1:9] {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			return 0, 0, 0, false
+		}
+		total += n
+		if i != 3 && i != 4 {
+			busy += n
+		}
+	}
+	for _, line := range lines[1:] {
+		if strings.HasPrefix(line, "cpu") {
+			cpus++
+		}
+	}
+	return busy, total, cpus, cpus > 0
 }

@@ -194,6 +194,12 @@ var figures = []figure{
 		unit:     "µs", goal: "<= bare + 300 µs", met: addedAtMost(300),
 	},
 	{
+		name:     "JSON-RPC /v1/rpc via a gateway, 32 clients: cores other processes kept busy during the run vs the host's",
+		workmesh: source{"BenchmarkRPCVsDirectUpstream/clients=32", "other-load-cores"},
+		baseline: source{"BenchmarkRPCVsDirectUpstream/clients=32", "host-cores"},
+		unit:     "cores", goal: "(reported)",
+	},
+	{
 		name:     "JSON-RPC /v1/rpc via a gateway, 32 clients, local-concurrency 4: p50 added vs bare stream",
 		workmesh: source{"BenchmarkRPCVsDirectUpstream/clients=32/local-concurrency=4", "remote-added-p50-µs"},
 		baseline: source{"BenchmarkRPCVsDirectUpstream/clients=32/local-concurrency=4", "bare-p50-µs"},

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
-	"sync"
 	"time"
 )
 
@@ -43,15 +42,23 @@ func Guard(token string, next http.Handler) http.Handler {
 			WriteError(w, http.StatusForbidden, "", "Host %q refused: without an api-token the API answers only to an IP address or localhost", clip(r.Host))
 			return
 		}
-		if hasBody(r) {
-			if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
-				WriteError(w, http.StatusUnsupportedMediaType, "", "Content-Type %q: send the body as application/json (curl: -H 'Content-Type: application/json')",
-					clip(r.Header.Get("Content-Type")))
-				return
-			}
+		if hasBody(r) && !isJSON(r.Header.Get("Content-Type")) {
+			WriteError(w, http.StatusUnsupportedMediaType, "", "Content-Type %q: send the body as application/json (curl: -H 'Content-Type: application/json')",
+				clip(r.Header.Get("Content-Type")))
+			return
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// isJSON reports whether a Content-Type names application/json, with
+// or without parameters.
+func isJSON(contentType string) bool {
+	if contentType == "application/json" { // as clients send it, read without allocating
+		return true
+	}
+	mt, _, err := mime.ParseMediaType(contentType)
+	return err == nil && mt == "application/json"
 }
 
 // ownHost reports whether host (a Host header, with or without a port) is
@@ -93,9 +100,7 @@ func BodyTimeout(d time.Duration, next http.Handler) http.Handler {
 		}
 		rc := http.NewResponseController(w)
 		if err := rc.SetReadDeadline(time.Now().Add(d)); err == nil {
-			b := &deadlineBody{ReadCloser: r.Body}
-			b.lift = func() { _ = rc.SetReadDeadline(time.Time{}) }
-			r.Body = b
+			r.Body = &deadlineBody{ReadCloser: r.Body, rc: rc}
 		}
 		next.ServeHTTP(w, r)
 	})
@@ -105,14 +110,15 @@ func BodyTimeout(d time.Duration, next http.Handler) http.Handler {
 // its end, or failed.
 type deadlineBody struct {
 	io.ReadCloser
-	lift func()
-	once sync.Once
+	rc     *http.ResponseController
+	lifted bool // Read is not called concurrently (io.Reader's rule)
 }
 
 func (b *deadlineBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
-	if err != nil {
-		b.once.Do(b.lift)
+	if err != nil && !b.lifted {
+		b.lifted = true
+		_ = b.rc.SetReadDeadline(time.Time{})
 	}
 	return n, err
 }

@@ -173,7 +173,8 @@ func (h *RPC) serveOne(ctx context.Context, raw json.RawMessage) (jsonrpc.Respon
 	}
 	req := dispatch.WorkRequest{Type: h.cfg.workType, Payload: payload, Timeout: h.cfg.timeout}
 	if n, ok := jsonrpc.BlockOf(c.Method, c.Params); ok {
-		req.MinHead = &n
+		minHead := n // on the heap only for the requests that name a block
+		req.MinHead = &minHead
 	}
 	res := h.dispatch(ctx, req)
 	if c.Notification() {
@@ -274,28 +275,48 @@ func (h *RPC) writeOne(w http.ResponseWriter, resp jsonrpc.Response) {
 	if resp.Error == nil && resp.JSONRPC == "2.0" {
 		if head, ok := jsonrpc.ResultHead(resp.ID, resp.Result); ok {
 			// The result goes out as the worker sent it, not copied.
-			w.Header().Set("Content-Type", "application/json")
-			w.Header().Set("Content-Length", strconv.Itoa(len(head)+len(resp.Result)+len(jsonrpc.ResultTail)))
-			w.WriteHeader(http.StatusOK)
-			for _, part := range [][]byte{head, resp.Result, []byte(jsonrpc.ResultTail)} {
-				if _, err := w.Write(part); err != nil {
-					h.cfg.log.Debugf("JSON-RPC endpoint: write response: %v", err)
-					return
-				}
+			jsonHeader(w, len(head)+len(resp.Result)+len(jsonrpc.ResultTail))
+			if h.writePart(w, head) && h.writePart(w, resp.Result) {
+				h.writePart(w, []byte(jsonrpc.ResultTail))
 			}
 			return
 		}
 		if b, ok := jsonrpc.AppendResult(make([]byte, 0, 40+len(resp.ID)+len(resp.Result)), resp.ID, resp.Result); ok {
-			w.Header().Set("Content-Type", "application/json")
-			w.Header().Set("Content-Length", strconv.Itoa(len(b)))
-			w.WriteHeader(http.StatusOK)
-			if _, err := w.Write(b); err != nil {
-				h.cfg.log.Debugf("JSON-RPC endpoint: write response: %v", err)
-			}
+			jsonHeader(w, len(b))
+			h.writePart(w, b)
 			return
 		}
 	}
 	h.write(w, http.StatusOK, resp)
+}
+
+// jsonContentType is the Content-Type of every answer, one value that
+// all share: the server copies a handler's header when it is written and
+// changes none of its values in place.
+var jsonContentType = []string{"application/json"}
+
+// smallAnswer is the size under which the server announces an answer's
+// length itself (net/http does below a few KB when the handler returns
+// without flushing), so the handler need not make the header line.
+const smallAnswer = 1024
+
+// jsonHeader starts a 200 answer of n bytes of JSON.
+func jsonHeader(w http.ResponseWriter, n int) {
+	hdr := w.Header()
+	hdr["Content-Type"] = jsonContentType
+	if n >= smallAnswer {
+		hdr["Content-Length"] = []string{strconv.Itoa(n)}
+		w.WriteHeader(http.StatusOK)
+	}
+}
+
+// writePart writes b, and logs and says so when it cannot.
+func (h *RPC) writePart(w http.ResponseWriter, b []byte) bool {
+	if _, err := w.Write(b); err != nil {
+		h.cfg.log.Debugf("JSON-RPC endpoint: write response: %v", err)
+		return false
+	}
+	return true
 }
 
 // write answers with a JSON-RPC 2.0 body (a response, an error response or

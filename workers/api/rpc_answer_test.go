@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/workmesh/workmesh/node/apiv1"
+	"github.com/workmesh/workmesh/workers"
 	"github.com/workmesh/workmesh/workers/dispatch"
 	"github.com/workmesh/workmesh/workers/jsonrpc"
 )
@@ -21,7 +22,8 @@ import (
 // and the upstream's result, the same bytes whatever path wrote it (the
 // plain one or encoding/json for results with HTML characters or
 // U+2028); the dispatched payload is the request as json.Marshal writes
-// it.
+// it. Its length is announced whether the answer is small (the server
+// counts it) or not (the handler says it).
 func TestRPCHandler_SingleAnswerBytes(t *testing.T) {
 	var (
 		mu       sync.Mutex
@@ -42,6 +44,8 @@ func TestRPCHandler_SingleAnswerBytes(t *testing.T) {
 		{`"a b"`, `[{"to": "0xab", "data": "0x"}, "latest"]`},
 		{`null`, `["<b>&amp;"]`},
 		{`-1.5e3`, "[\"\u2028\"]"},
+		{`8`, `["` + strings.Repeat("a", smallAnswer) + `"]`},
+		{`9`, `["` + strings.Repeat("b", 64<<10) + `"]`},
 	} {
 		body := `{"jsonrpc":"2.0","id":` + c.id + `,"method":"eth_call","params":` + c.params + `}`
 		resp, err := http.Post(srv.URL+RPCPath, "application/json", strings.NewReader(body))
@@ -57,8 +61,8 @@ func TestRPCHandler_SingleAnswerBytes(t *testing.T) {
 		if resp.StatusCode != http.StatusOK || !bytes.Equal(got, want.Bytes()) || resp.Header.Get("Content-Type") != "application/json" {
 			t.Errorf("request %s: HTTP %d %s %q, want 200 application/json %q", body, resp.StatusCode, resp.Header.Get("Content-Type"), got, want.Bytes())
 		}
-		if cl := resp.Header.Get("Content-Length"); cl != "" && cl != strconv.Itoa(len(got)) {
-			t.Errorf("request %s: Content-Length %s for %d bytes", body, cl, len(got))
+		if cl := resp.Header.Get("Content-Length"); cl != strconv.Itoa(len(got)) || len(resp.TransferEncoding) > 0 {
+			t.Errorf("request %s: Content-Length %q (transfer encoding %q) for %d bytes, want it announced", workers.Truncate(body, 80), cl, resp.TransferEncoding, len(got))
 		}
 		var call jsonrpc.Call
 		json.Unmarshal([]byte(body), &call)

@@ -58,13 +58,18 @@ func (j *Relay) Traits() workers.Traits { return Traits }
 // (eth_blockNumber) and reports it (HeadReporter), which the node
 // advertises so the beyond-head rule and head-lag rating apply.
 type Relay struct {
-	cfg     config.JSONRPCConfig
-	url     *url.URL // the upstream
-	shown   string   // the upstream as named in messages: scheme and host only
-	client  *http.Client
-	log     logrus.FieldLogger
-	opts    options
-	chainID uint64
+	cfg    config.JSONRPCConfig
+	url    *url.URL // the upstream
+	shown  string   // the upstream as named in messages: scheme and host only
+	client *http.Client
+	// direct is the client's transport when a request may go to it
+	// without Client.Do (see send); nil otherwise.
+	direct *http.Transport
+	// template is every upstream request's method, URL and header.
+	template *http.Request
+	log      logrus.FieldLogger
+	opts     options
+	chainID  uint64
 
 	head    atomic.Uint64
 	hasHead atomic.Bool
@@ -73,8 +78,11 @@ type Relay struct {
 	closed    bool
 	stopRun   context.CancelFunc
 	runs      sync.WaitGroup
-	pollFails int   // consecutive failed head polls, for quiet logging
-	headErr   error // set while head polls fail; nil once one works again
+	pollFails int // consecutive failed head polls, for quiet logging
+
+	// headErr is set while head polls fail, nil once one works again:
+	// every request reads it (TypeHealth), so it takes no lock.
+	headErr atomic.Pointer[error]
 }
 
 var (
@@ -89,9 +97,10 @@ var (
 // requests until its upstream answers again; the node's other work types,
 // and its health pings, are not affected.
 func (j *Relay) TypeHealth() error {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	return j.headErr
+	if e := j.headErr.Load(); e != nil {
+		return *e
+	}
+	return nil
 }
 
 type options struct {
@@ -208,6 +217,9 @@ func New(ctx context.Context, cfg config.JSONRPCConfig, log logrus.FieldLogger, 
 		t.MaxIdleConnsPerHost = 64 // a relay sends many requests to one host
 		j.client = &http.Client{Transport: t}
 	}
+	j.direct = directTransport(j.client, u)
+	j.template = &http.Request{Method: http.MethodPost, URL: u, Host: u.Host, Header: postHeader,
+		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1}
 
 	want, haveWant := uint64(0), cfg.ChainID != ""
 	if haveWant {
@@ -324,11 +336,10 @@ func (j *Relay) pollHead(ctx context.Context) {
 			return // shutting down
 		}
 		j.pollFails++
-		j.mu.Lock()
 		// Peers see this in health answers: it names neither the upstream
 		// nor the error, whose URL may carry an API key (the log has both).
-		j.headErr = fmt.Errorf("upstream head poll failed (%d in a row)", j.pollFails)
-		j.mu.Unlock()
+		e := fmt.Errorf("upstream head poll failed (%d in a row)", j.pollFails)
+		j.headErr.Store(&e)
 		if j.pollFails == 1 {
 			j.log.WithError(err).Warn("jsonrpc: head poll failed; keeping the last head")
 		} else {
@@ -339,9 +350,7 @@ func (j *Relay) pollHead(ctx context.Context) {
 	if j.pollFails > 0 {
 		j.log.Infof("jsonrpc: head poll works again after %d failures", j.pollFails)
 		j.pollFails = 0
-		j.mu.Lock()
-		j.headErr = nil
-		j.mu.Unlock()
+		j.headErr.Store(nil)
 	}
 	old, had := j.head.Swap(h), j.hasHead.Swap(true)
 	if (!had || old != h) && j.opts.onHead != nil {
@@ -388,18 +397,7 @@ var postHeader = http.Header{"Content-Type": {"application/json"}, "Accept": {"a
 
 // post sends body to the upstream and reads the answer, bounded.
 func (j *Relay) post(ctx context.Context, body []byte) (int, []byte, error) {
-	// The upstream URL was parsed once, in New; each request has its own
-	// copy, as the client may rewrite a request's URL.
-	u := *j.url
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "", bytes.NewReader(body))
-	if err != nil {
-		return 0, nil, fmt.Errorf("upstream %s: %v", j.shown, err)
-	}
-	req.URL, req.Host, req.Header = &u, u.Host, postHeader
-	if j.client.Jar != nil { // a client of WithClient's adds its cookies to the header
-		req.Header = postHeader.Clone()
-	}
-	resp, err := j.client.Do(req)
+	resp, err := j.send(ctx, body)
 	if err != nil {
 		return 0, nil, fmt.Errorf("upstream %s: %w", j.shown, httpwork.UnwrapURLError(err))
 	}
@@ -412,6 +410,79 @@ func (j *Relay) post(ctx context.Context, body []byte) (int, []byte, error) {
 		return 0, nil, fmt.Errorf("upstream %s: response larger than %d bytes: %w", j.shown, j.opts.maxResponse, errResponseTooLarge)
 	}
 	return resp.StatusCode, data, nil
+}
+
+// request is a POST of body to the upstream: a copy of the relay's
+// request template (made once, in New: method, URL, header) with ctx and
+// the body, rather than a new request parsed from strings each time.
+func (j *Relay) request(ctx context.Context, body []byte) *http.Request {
+	req := j.template.WithContext(ctx)
+	// Each request has its own copy of the URL, as the client may rewrite
+	// a request's URL.
+	u := *j.url
+	req.URL = &u
+	req.ContentLength = int64(len(body))
+	req.Body = io.NopCloser(bytes.NewReader(body))
+	// The transport sends the body again on a kept-alive connection the
+	// upstream closed before it read the request.
+	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	if len(body) == 0 {
+		req.Body, req.GetBody = http.NoBody, func() (io.ReadCloser, error) { return http.NoBody, nil }
+	}
+	if j.client.Jar != nil { // a client of WithClient's adds its cookies to the header
+		req.Header = postHeader.Clone()
+	}
+	return req
+}
+
+// send posts body to the upstream. With a plain client (see
+// directTransport) the request goes to its transport at once: Client.Do
+// would copy the request's header for redirects it might follow and wrap
+// its cancellation, a tenth of the relay's allocations for nothing on an
+// upstream that does not redirect. An answer that redirects is sent again
+// through Client.Do, which follows it as it always has (the upstream sees
+// the first request twice, its redirect not being an answer).
+func (j *Relay) send(ctx context.Context, body []byte) (*http.Response, error) {
+	req := j.request(ctx, body)
+	if j.direct == nil {
+		return j.client.Do(req)
+	}
+	resp, err := j.direct.RoundTrip(req)
+	if err != nil {
+		return nil, err
+	}
+	if !redirects(resp) {
+		return resp, nil
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10)) // so the connection is kept
+	resp.Body.Close()
+	return j.client.Do(j.request(ctx, body))
+}
+
+// directTransport returns c's transport when a request to u may skip
+// Client.Do: a net/http Transport, and nothing Client.Do adds (a cookie
+// jar, a timeout of the client's own, basic auth from credentials in u);
+// redirects are left to send. Otherwise nil.
+func directTransport(c *http.Client, u *url.URL) *http.Transport {
+	rt := c.Transport
+	if rt == nil {
+		rt = http.DefaultTransport
+	}
+	t, ok := rt.(*http.Transport)
+	if !ok || c.Jar != nil || c.Timeout != 0 || u.User != nil {
+		return nil
+	}
+	return t
+}
+
+// redirects reports whether Client.Do would follow resp to another URL.
+func redirects(resp *http.Response) bool {
+	switch resp.StatusCode {
+	case http.StatusMovedPermanently, http.StatusFound, http.StatusSeeOther,
+		http.StatusTemporaryRedirect, http.StatusPermanentRedirect:
+		return resp.Header.Get("Location") != ""
+	}
+	return false
 }
 
 // readAtMost reads resp's body, up to n bytes; more reports a body longer

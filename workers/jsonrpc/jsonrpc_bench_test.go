@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"testing"
 	"time"
@@ -58,6 +60,54 @@ func BenchmarkRelayDo(b *testing.B) {
 		res := j.Do(ctx, []byte(`{"jsonrpc":"2.0","id":`+id+`,"method":"eth_blockNumber","params":[]}`))
 		if res.Outcome != workers.Success || string(res.Output) != `{"jsonrpc":"2.0","id":`+id+`,"result":"0x64"}` {
 			b.Fatalf("result %+v", res)
+		}
+	}
+}
+
+// BenchmarkRelayDoLoopback is one request relayed to an upstream on
+// loopback over kept-alive connections, its request handed to the
+// transport directly (as a plain client's are) and through Client.Do (as
+// before, and as a client with a cookie jar's still are), from 1 and 32
+// goroutines.
+func BenchmarkRelayDoLoopback(b *testing.B) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		c, perr := ParseCall(body)
+		if perr != nil {
+			http.Error(w, perr.Message, http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"jsonrpc":"2.0","id":`+string(c.ID)+`,"result":"0x64"}`)
+	}))
+	defer srv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	j, err := New(ctx, config.JSONRPCConfig{Upstream: srv.URL, HeadInterval: time.Hour}, workertest.QuietLogger())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer j.Close()
+	direct := j.direct
+	for _, via := range []string{"transport", "client.Do"} {
+		for _, par := range []int{1, 32} {
+			b.Run(fmt.Sprintf("%s/goroutines=%d", via, par), func(b *testing.B) {
+				j.direct = direct
+				if via == "client.Do" {
+					j.direct = nil
+				}
+				b.ReportAllocs()
+				b.SetParallelism(par)
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() {
+						res := j.Do(ctx, []byte(`{"jsonrpc":"2.0","id":7,"method":"eth_blockNumber","params":[]}`))
+						if res.Outcome != workers.Success || string(res.Output) != `{"jsonrpc":"2.0","id":7,"result":"0x64"}` {
+							b.Errorf("result %+v", res)
+							return
+						}
+					}
+				})
+			})
 		}
 	}
 }

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/cookiejar"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -145,6 +147,97 @@ func TestRelay_ResponseBound(t *testing.T) {
 			case c.want != workers.Success && !strings.Contains(r.Error, "larger than 65536 bytes"):
 				t.Errorf("chunked %v, %d bytes: error %q, want it to name the bound", chunked, c.size+frame, r.Error)
 			}
+		}
+	}
+}
+
+// An upstream that redirects (a 307 to its new path, say) is followed as
+// Client.Do follows it, the request's body and method intact, whether the
+// relay hands requests to its transport directly (a plain client) or
+// through Client.Do (a client with a cookie jar).
+func TestRelay_UpstreamRedirect(t *testing.T) {
+	var (
+		mu   sync.Mutex
+		seen []string
+	)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		seen = append(seen, r.Method+" "+r.URL.Path+" "+string(body))
+		mu.Unlock()
+		if r.URL.Path == "/old" {
+			http.Redirect(w, r, "/new", http.StatusTemporaryRedirect)
+			return
+		}
+		c, perr := ParseCall(body)
+		if perr != nil {
+			http.Error(w, perr.Message, http.StatusBadRequest)
+			return
+		}
+		fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"result":"0x1"}`, c.ID)
+	}))
+	t.Cleanup(srv.Close)
+	jar, err := cookiejar.New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name   string
+		opts   []Option
+		direct bool
+	}{
+		{"plain client", nil, true},
+		{"client with a cookie jar", []Option{WithClient(&http.Client{Jar: jar})}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			j, err := New(ctx, config.JSONRPCConfig{Upstream: srv.URL + "/old", HeadInterval: time.Hour}, workertest.QuietLogger(), c.opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer j.Close()
+			if got := j.direct != nil; got != c.direct {
+				t.Fatalf("requests straight to the transport: %v, want %v", got, c.direct)
+			}
+			mu.Lock()
+			seen = nil
+			mu.Unlock()
+			payload := `{"jsonrpc":"2.0","id":9,"method":"eth_getBalance","params":["0xab","latest"]}`
+			if r := j.Do(ctx, []byte(payload)); r.Outcome != workers.Success || string(r.Output) != `{"jsonrpc":"2.0","id":9,"result":"0x1"}` {
+				t.Fatalf("%s %s %s", r.Outcome, r.Output, r.Error)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if n := len(seen); n < 2 || seen[n-1] != "POST /new "+payload || seen[n-2] != "POST /old "+payload {
+				t.Errorf("upstream saw %q, want the request at /old and then at /new", seen)
+			}
+		})
+	}
+}
+
+// Requests skip Client.Do only for a plain client: a cookie jar, a
+// client timeout, credentials in the URL or a transport other than
+// net/http's keep it.
+func TestRelay_DirectTransport(t *testing.T) {
+	plain, _ := url.Parse("http://127.0.0.1:1/rpc")
+	creds, _ := url.Parse("http://user:pw@127.0.0.1:1/rpc")
+	jar, _ := cookiejar.New(nil)
+	for _, c := range []struct {
+		name string
+		c    *http.Client
+		u    *url.URL
+		want bool
+	}{
+		{"default transport", &http.Client{}, plain, true},
+		{"a transport of its own", &http.Client{Transport: &http.Transport{}}, plain, true},
+		{"credentials in the URL", &http.Client{}, creds, false},
+		{"cookie jar", &http.Client{Jar: jar}, plain, false},
+		{"client timeout", &http.Client{Timeout: time.Second}, plain, false},
+		{"other round tripper", &http.Client{Transport: answerInMemory{}}, plain, false},
+	} {
+		if got := directTransport(c.c, c.u) != nil; got != c.want {
+			t.Errorf("%s: direct %v, want %v", c.name, got, c.want)
 		}
 	}
 }

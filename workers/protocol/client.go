@@ -58,6 +58,8 @@ type cstream struct {
 	// acceptTimer the stream's timer for it.
 	acceptState atomic.Int32
 	acceptTimer *time.Timer
+	// reset resets the stream: what a call's context ends it with.
+	reset func()
 	// watchTimer starts the idle watch; watch is the watch pending
 	// (guarded by the client's mu). takeover is the watch the owning call
 	// took the stream with; first is the byte that watch read, the first
@@ -280,7 +282,10 @@ func (c *Client) open(ctx context.Context, p peer.ID, req *Request, deadline tim
 func (c *Client) call(ctx context.Context, cs *cstream, req *Request, acceptBy time.Time) (Response, error) {
 	// A cancelled call resets the stream at once: the pending read fails,
 	// and the server sees the reset and cancels the work.
-	stop := context.AfterFunc(ctx, func() { _ = cs.str.Reset() })
+	if cs.reset == nil {
+		cs.reset = func() { _ = cs.str.Reset() } // made once per stream, not per call
+	}
+	stop := context.AfterFunc(ctx, cs.reset)
 	resp, whole, err := c.exchange(ctx, cs, req, acceptBy)
 	if !stop() || err == nil && pastDeadline(ctx) {
 		// Reset by the context, or its deadline passed and its timer is
@@ -562,7 +567,7 @@ func (c *Client) exchange(ctx context.Context, cs *cstream, req *Request, accept
 		// The first frame stops the accept timer; one that lost the race
 		// with it still counts when it is the whole response.
 		expired := first && !acceptState.CompareAndSwap(acceptWaiting, acceptIn) && acceptState.Load() == acceptExpired
-		resp, accepted, err := decodeServerFrame(body, c.cfg.maxPayload)
+		resp, accepted, err := decodeServerFrameFor(body, c.cfg.maxPayload, req.ID)
 		if err != nil {
 			return Response{}, false, err
 		}

@@ -265,7 +265,11 @@ func (d *decoder) millis(field string) time.Duration {
 	return time.Duration(ms) * time.Millisecond
 }
 
-func (d *decoder) string(field string, max int) string {
+func (d *decoder) string(field string, max int) string { return d.stringAs(field, max, "") }
+
+// stringAs is string for a field expected to be want: when it is, want
+// itself is returned and nothing is allocated.
+func (d *decoder) stringAs(field string, max int, want string) string {
 	n := d.uvarint(field + " length")
 	if d.err != nil {
 		return ""
@@ -278,9 +282,12 @@ func (d *decoder) string(field string, max int) string {
 		d.fail("%s: %d bytes but only %d left in the message", field, n, len(d.b))
 		return ""
 	}
-	s := string(d.b[:n])
+	b := d.b[:n]
 	d.b = d.b[n:]
-	return s
+	if string(b) == want {
+		return want
+	}
+	return string(b)
 }
 
 // rest returns the remaining bytes (payload or output), or nil when none
@@ -322,6 +329,12 @@ func decodeRequest(body []byte, maxPayload int) (Request, error) {
 // decodeServerFrame parses a frame sent by a server: an accept frame
 // (accepted is true) or a response. The output aliases body.
 func decodeServerFrame(body []byte, maxPayload int) (resp Response, accepted bool, err error) {
+	return decodeServerFrameFor(body, maxPayload, "")
+}
+
+// decodeServerFrameFor is decodeServerFrame for the response to the
+// request wantID: its ID, when it is that, costs no allocation.
+func decodeServerFrameFor(body []byte, maxPayload int, wantID string) (resp Response, accepted bool, err error) {
 	d := decoder{b: body}
 	switch k := d.byte("kind"); {
 	case d.err != nil:
@@ -341,7 +354,7 @@ func decodeServerFrame(body []byte, maxPayload int) (resp Response, accepted boo
 		return Response{}, false, fmt.Errorf("decode response: outcome %d: %w", code, workers.ErrUnknownOutcome)
 	}
 	resp.Outcome = o
-	resp.ID = d.string("request id", MaxRequestIDLen)
+	resp.ID = d.stringAs("request id", MaxRequestIDLen, wantID)
 	resp.Error = d.string("error", workers.MaxErrorLen)
 	if resp.Load.Known {
 		resp.Load.InFlight = loadCount(d.uvarint("in flight"))

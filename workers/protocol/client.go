@@ -65,6 +65,7 @@ type cstream struct {
 	// took the stream with; first is the byte that watch read, the first
 	// of the response, and pending says it is still to be read.
 	watchTimer *time.Timer
+	watchArmed bool // the watch timer is running (guarded by the client's mu)
 	watch      *idleWatch
 	takeover   *idleWatch
 	first      [1]byte
@@ -337,9 +338,6 @@ func (c *Client) take(p peer.ID) *cstream {
 		list[len(list)-1] = nil
 		list = list[:len(list)-1]
 		cs.inPool = false
-		if cs.watchTimer != nil {
-			cs.watchTimer.Stop() // a watch that starts anyway finds it taken
-		}
 		// The call takes a pending watch over.
 		cs.takeover, cs.watch = cs.watch, nil
 		// A closed connection took the stream with it.
@@ -388,10 +386,17 @@ func (c *Client) put(cs *cstream) {
 	if c.sweep == nil {
 		c.sweep = time.AfterFunc(c.cfg.clientIdle, c.closeIdle)
 	}
-	if cs.watchTimer == nil {
-		cs.watchTimer = time.AfterFunc(watchDelay, func() { c.watchIdle(cs) })
-	} else {
-		cs.watchTimer.Reset(watchDelay)
+	// The watch timer is set when it is not running; when it fires on a
+	// stream idle for less than watchDelay it is set for the rest
+	// (watchIdle), so a stream in use again and again costs no timer each
+	// time.
+	if !cs.watchArmed {
+		cs.watchArmed = true
+		if cs.watchTimer == nil {
+			cs.watchTimer = time.AfterFunc(watchDelay, func() { c.watchIdle(cs) })
+		} else {
+			cs.watchTimer.Reset(watchDelay)
+		}
 	}
 	c.mu.Unlock()
 }
@@ -454,7 +459,14 @@ func (c *Client) closeIdle() {
 // the stream, which every path ends.
 func (c *Client) watchIdle(cs *cstream) {
 	c.mu.Lock()
+	cs.watchArmed = false
 	if !cs.inPool || cs.watch != nil {
+		c.mu.Unlock()
+		return // in use: its next put sets the timer again
+	}
+	if left := watchDelay - time.Since(cs.idleSince); left > 0 {
+		cs.watchArmed = true
+		cs.watchTimer.Reset(left)
 		c.mu.Unlock()
 		return
 	}

@@ -188,6 +188,7 @@ func (s *Server) handle(str network.Stream) {
 		<-w.done // the stream has ended, and with it the watchdog's read
 	}
 	if c.idle != nil {
+		c.ended.Store(true) // before Stop: a check running now does not set it again
 		c.idle.Stop()
 	}
 }
@@ -226,18 +227,24 @@ func (s *Server) serveOne(c *wstream) {
 // (Close: the client learns that no request of its was taken) or because
 // the server is closing.
 func (s *Server) next(c *wstream) bool {
+	c.idleFrom.Store(time.Now().UnixNano()) // before the state says idle (idleCheck)
 	c.state.Store(streamIdle)
 	if s.ctx.Err() != nil {
 		c.endIdle()
 		return false
 	}
-	// The idle timeout is a timer of the stream's, set again for each
-	// wait, not a read deadline: a read that blocks with a deadline set
-	// costs the transport a timer of its own every time (QUIC's does).
-	// When it fires on a stream still idle, endIdle closes it, which ends
-	// the read.
+	// The idle timeout is a timer of the stream's, not a read deadline: a
+	// read that blocks with a deadline set costs the transport a timer of
+	// its own every time (QUIC's does). It is set once and checks, when
+	// it fires, how long the stream has been idle (idleCheck), so a
+	// stream that carries request after request costs no timer at all.
+	// On a stream idle for the timeout, endIdle closes it, which ends the
+	// read.
 	_ = c.str.SetDeadline(time.Time{})
-	c.armIdle(s.cfg.idleTimeout)
+	if c.idle == nil {
+		c.idleTimeout = s.cfg.idleTimeout
+		c.idle = time.AfterFunc(c.idleTimeout, c.idleCheck)
+	}
 	var n int
 	var err error
 	if w := c.watch; w != nil {
@@ -249,7 +256,6 @@ func (s *Server) next(c *wstream) bool {
 	} else {
 		n, err = c.str.Read(c.first[:])
 	}
-	c.idle.Stop()
 	if !c.state.CompareAndSwap(streamIdle, streamBusy) {
 		return false // endIdle ended it (the idle timeout, or the server closing); whatever arrived is not taken
 	}
@@ -294,8 +300,12 @@ type wstream struct {
 	// the next request.
 	keep bool
 	// idle is the stream's idle timer (next): it ends the stream when it
-	// has waited for its next request for the idle timeout.
-	idle *time.Timer
+	// has waited for its next request for idleTimeout, since idleFrom
+	// (Unix nanoseconds). ended is set once the stream is done with.
+	idle        *time.Timer
+	idleTimeout time.Duration
+	idleFrom    atomic.Int64
+	ended       atomic.Bool
 	// grace is the stream's grace timer (execute); when it fires, fire
 	// sends the watchdog it starts for the request in ticket and accept
 	// on fired.
@@ -315,13 +325,21 @@ func (c *wstream) Read(b []byte) (int, error) {
 	return c.str.Read(b)
 }
 
-// armIdle starts the stream's idle timer for d.
-func (c *wstream) armIdle(d time.Duration) {
-	if c.idle == nil {
-		c.idle = time.AfterFunc(d, c.endIdle)
+// idleCheck runs when the stream's idle timer fires: it ends a stream that
+// has waited for a request for the whole idle timeout, and otherwise sets
+// the timer again for when it would have.
+func (c *wstream) idleCheck() {
+	if c.ended.Load() {
 		return
 	}
-	c.idle.Reset(d)
+	wait := c.idleTimeout
+	if c.state.Load() == streamIdle {
+		if wait -= time.Since(time.Unix(0, c.idleFrom.Load())); wait <= 0 {
+			c.endIdle()
+			return
+		}
+	}
+	c.idle.Reset(wait)
 }
 
 // endIdle ends the stream if it is waiting for a request: the server is

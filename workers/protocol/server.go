@@ -174,7 +174,13 @@ func (s *Server) handle(str network.Stream) {
 
 	c := &wstream{str: str, peer: str.Conn().RemotePeer()}
 	c.state.Store(streamBusy)
-	defer context.AfterFunc(s.ctx, c.endIdle)()
+	// The stream's own context, a child of the server's: its requests'
+	// contexts descend from it, so that concurrent requests do not all
+	// register with one parent (a lock and a map every one of them takes).
+	var cancel context.CancelFunc
+	c.ctx, cancel = context.WithCancel(s.ctx)
+	defer cancel()
+	defer context.AfterFunc(c.ctx, c.endIdle)()
 	// The first request, as on a stream that carries only one, is bounded
 	// from the stream's arrival.
 	_ = str.SetDeadline(time.Now().Add(s.cfg.readTimeout))
@@ -286,6 +292,8 @@ const (
 type wstream struct {
 	str  network.Stream
 	peer peer.ID
+	// ctx ends when the server closes or the stream is done with.
+	ctx context.Context
 	// state is streamIdle while the stream waits for a request (only
 	// then may endIdle end it), streamBusy while it carries one.
 	state atomic.Int32
@@ -390,7 +398,7 @@ func (s *Server) run(c *wstream, req *Request, sr *ServedRequest) {
 		budget = s.cfg.maxWorkTime
 	}
 	deadline := time.Now().Add(budget)
-	ctx, cancel := context.WithDeadline(s.ctx, deadline)
+	ctx, cancel := context.WithDeadline(c.ctx, deadline)
 	defer cancel()
 	_ = c.str.SetDeadline(deadline.Add(writeSlack))
 

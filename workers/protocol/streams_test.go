@@ -627,3 +627,88 @@ func TestStreams_WorkerThatClosesAfterEachResponse(t *testing.T) {
 		t.Errorf("%d streams opened for %d calls to a worker that closes each", got, n)
 	}
 }
+
+// watchedIdle reports whether every stream c keeps idle for p has its idle
+// watch pending.
+func (c *Client) watchedIdle(p peer.ID) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, cs := range c.idle[p] {
+		if cs.watch == nil {
+			return false
+		}
+	}
+	return len(c.idle[p]) > 0
+}
+
+// A stream idle in the pool gets a watch, a read pending on it; the call
+// that takes the stream takes that read over as the first byte of its
+// response, on both transports, again and again.
+func TestStreams_WatchedIdleStreamIsTakenOver(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		hosts func(t *testing.T) (host.Host, host.Host)
+	}{
+		{"quic", func(t *testing.T) (host.Host, host.Host) {
+			a, b := workertest.NewHost(t), workertest.NewHost(t)
+			workertest.Connect(t, a, b)
+			return a, b
+		}},
+		{"mocknet", func(t *testing.T) (host.Host, host.Host) { return workertest.MockPair(t) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, b := tc.hosts(t)
+			p := newPairOn(t, a, b, nil)
+			for i := range 3 {
+				mustEcho(t, p.client, p.serverHost.ID(), fmt.Sprint("call-", i))
+				testkit.WaitFor(t, workertest.FailAfter, "the idle stream's watch", func() error {
+					if !p.client.watchedIdle(p.serverHost.ID()) {
+						return errors.New("not watched yet")
+					}
+					return nil
+				})
+			}
+			mustEcho(t, p.client, p.serverHost.ID(), "last")
+			if got := p.client.opened.Load(); got != 1 {
+				t.Errorf("%d streams opened, want every call on the first", got)
+			}
+			if st := p.server.Stats(); st.Malformed != 0 || st.Dropped != 0 {
+				t.Errorf("server stats %+v", st)
+			}
+		})
+	}
+}
+
+// The server's idle timeout counts from a stream's last request: a stream
+// that carries requests for longer than the timeout stays open, and ends
+// once it has waited the timeout for its next one.
+func TestStreams_ServerIdleTimeoutCountsFromTheLastRequest(t *testing.T) {
+	const idle = 150 * time.Millisecond
+	p := newPair(t, nil, WithIdleTimeout(idle))
+	start := time.Now()
+	tick := time.NewTicker(idle / 3)
+	defer tick.Stop()
+	calls := 0
+	var last time.Time
+	for {
+		mustEcho(t, p.client, p.serverHost.ID(), fmt.Sprint("call-", calls))
+		last = time.Now()
+		calls++
+		if time.Since(start) >= 3*idle {
+			break
+		}
+		<-tick.C // the pace of the requests, a third of the idle timeout apart
+	}
+	if got := p.client.opened.Load(); got != 1 {
+		t.Errorf("%d streams opened for %d calls over %s, want one: a stream in use is not idle", got, calls, 3*idle)
+	}
+	testkit.WaitFor(t, workertest.FailAfter, "the server to end the idle stream", func() error {
+		if n := workStreams(p.serverHost, p.clientHost.ID()); n != 0 {
+			return fmt.Errorf("%d work streams open at the server", n)
+		}
+		return nil
+	})
+	if waited := time.Since(last); waited < idle {
+		t.Errorf("the stream ended %s after its last request, want at least the idle timeout %s", waited, idle)
+	}
+}

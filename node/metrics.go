@@ -32,7 +32,7 @@ func (n *Node) Collector() prometheus.Collector {
 // collect sends the gossip drops counted so far.
 func (n *Node) collect(ch chan<- prometheus.Metric) {
 	validation, outbound := n.gossip.ann.Dropped()
-	noStream := n.gossip.ann.DroppedNoStream()
+	noStream, _ := n.gossip.ann.DroppedNoStream()
 	ch <- prometheus.MustNewConstMetric(descGossipDropped, prometheus.CounterValue, float64(validation), "validation_queue")
 	ch <- prometheus.MustNewConstMetric(descGossipDropped, prometheus.CounterValue, float64(outbound-noStream), "peer_queue")
 	ch <- prometheus.MustNewConstMetric(descGossipDropped, prometheus.CounterValue, float64(noStream), "no_stream")

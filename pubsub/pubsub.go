@@ -169,6 +169,10 @@ type Announcer struct {
 	// Messages gossipsub dropped under load (see Dropped), and those of
 	// droppedOutbound that were for a peer without a stream yet.
 	droppedValidation, droppedOutbound, droppedNoStream atomic.Uint64
+	// droppedOwnNoStream: those of droppedNoStream this node published
+	// itself (own holds what it published lately).
+	droppedOwnNoStream atomic.Uint64
+	own                recent
 	// Messages rejected because their peer passed its rate (WithPeerRate),
 	// and those dropped on arrival at twice it.
 	throttled, shed atomic.Uint64
@@ -268,9 +272,6 @@ func New(ctx context.Context, h host.Host, network string, verify Verifier, deli
 		// reaches the verifier, which rejects what is beyond the rate
 		// itself, and that is what sinks the peer's score.
 		lpubsub.WithAppSpecificRpcInspector(inspectors(NewPeerBuckets(2*o.peerRate, 2*o.peerBurst).inspect(&a.shed), a.waiting.inspect(name))),
-		// Scores each second, for the copies the inspector may cut (see
-		// waiting).
-		lpubsub.WithPeerScoreInspect(lpubsub.PeerScoreInspectFn(a.waiting.scores), time.Second),
 		// Only the network's topic is tracked, and a peer that subscribes
 		// to it gets its send queue at once (earlyQueues).
 		lpubsub.WithSubscriptionFilter(earlyQueues{a: a, topic: name}),
@@ -515,6 +516,11 @@ func (t streamTracer) DropRPC(rpc *lpubsub.RPC, p peer.ID) {
 	t.a.droppedOutbound.Add(n)
 	if !t.a.HasStream(p) {
 		t.a.droppedNoStream.Add(n)
+		for _, m := range rpc.GetPublish() {
+			if t.a.own.has(MessageID(m.GetData())) {
+				t.a.droppedOwnNoStream.Add(1)
+			}
+		}
 	}
 }
 func (streamTracer) UndeliverableMessage(*lpubsub.Message) {}
@@ -523,6 +529,7 @@ func (streamTracer) UndeliverableMessage(*lpubsub.Message) {}
 // this node is connected to (gossipsub's flood publishing of own messages)
 // and from them through the mesh.
 func (a *Announcer) Publish(ctx context.Context, data []byte) error {
+	a.own.add(MessageID(data))
 	if err := a.topic.Publish(ctx, data); err != nil {
 		return fmt.Errorf("pubsub: publish on %s: %w", a.topic.String(), err)
 	}
@@ -543,7 +550,50 @@ func (a *Announcer) Dropped() (validation, outbound uint64) {
 // for a peer this node had no gossip stream to yet: gossipsub counted it
 // in the topic (its subscription had come) but had no queue for it (see
 // earlyQueues), or it had just gone. The rest were for a full queue.
-func (a *Announcer) DroppedNoStream() uint64 { return a.droppedNoStream.Load() }
+//
+// Most of them are messages this node forwarded: to gossipsub a peer it
+// has not added yet looks like a floodsub peer, which is sent everything,
+// while once added it is sent only what its mesh links carry, so they are
+// not deliveries the peer misses. own counts those this node published
+// itself (its record, or one it relays on a newcomer's behalf), which
+// gossipsub sends to every topic peer: those the peer gets through its
+// mesh, a sync or the greeting instead.
+func (a *Announcer) DroppedNoStream() (all, own uint64) {
+	return a.droppedNoStream.Load(), a.droppedOwnNoStream.Load()
+}
+
+// recent is a bounded set of the message IDs published last.
+type recent struct {
+	mu   sync.Mutex
+	ids  map[string]struct{}
+	ring [recentIDs]string
+	next int
+}
+
+// recentIDs bounds recent.
+const recentIDs = 256
+
+func (r *recent) add(id string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.ids == nil {
+		r.ids = make(map[string]struct{}, recentIDs)
+	}
+	if _, ok := r.ids[id]; ok {
+		return
+	}
+	delete(r.ids, r.ring[r.next])
+	r.ring[r.next] = id
+	r.ids[id] = struct{}{}
+	r.next = (r.next + 1) % recentIDs
+}
+
+func (r *recent) has(id string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, ok := r.ids[id]
+	return ok
+}
 
 // Throttled returns how many messages were rejected because the peer that
 // passed them on exceeded its rate (WithPeerRate), and how many were
@@ -617,30 +667,41 @@ func inspectors(fs ...func(peer.ID, *lpubsub.RPC) error) func(peer.ID, *lpubsub.
 // queue (and marked it seen); until then, every copy (from each mesh peer,
 // and while a network forms from every peer that floods it) was queued
 // behind it, and on a loaded node the queue filled with copies and
-// dropped records (of 200 nodes forming on mocknet, 500-5,000 messages).
+// dropped records (of 200 nodes forming on mocknet, 200-5,000 messages).
 //
 // A message is entered when its first copy arrives, and leaves when
-// gossipsub takes it for validation, drops it, or rejects it; one whose
-// RPC gossipsub then ignored (a graylisted sender's) leaves after
-// waitingHold. The copies of a peer below the graylist threshold at the
-// last score snapshot are never what enters it, so that such a peer cannot
-// hold honest copies out.
+// gossipsub takes it for validation, drops it as a duplicate, or rejects
+// it. Gossipsub ignores the RPCs of a graylisted peer after this inspector
+// has seen them, so a message entered from one is never taken: it leaves
+// after waitingHold, and the peer that entered it enters nothing for
+// suspectFor. A graylisted peer can thus hold the copies of a message out
+// of the queue for waitingHold, once per suspectFor.
 type waiting struct {
-	mu    sync.Mutex
-	at    map[string]time.Time
-	swept time.Time
-	low   map[peer.ID]bool // below the graylist threshold
-	cut   atomic.Uint64
+	mu      sync.Mutex
+	at      map[string]waitingEntry
+	swept   time.Time
+	suspect map[peer.ID]time.Time // enters nothing until
+	cut     atomic.Uint64
 }
 
-// waitingHold bounds how long a message waits in the set; maxWaiting bounds
-// the set (beyond it, copies are no longer cut until entries expire).
+type waitingEntry struct {
+	from peer.ID
+	at   time.Time
+}
+
+// waitingHold bounds how long a message stays in the set; suspectFor is
+// how long a peer whose entry outstayed it enters nothing; maxWaiting
+// bounds the set and the suspects (beyond it, copies are not cut until
+// entries leave).
 const (
 	waitingHold = 2 * time.Second
+	suspectFor  = time.Minute
 	maxWaiting  = 4096
 )
 
-func newWaiting() *waiting { return &waiting{at: make(map[string]time.Time)} }
+func newWaiting() *waiting {
+	return &waiting{at: make(map[string]waitingEntry), suspect: make(map[peer.ID]time.Time)}
+}
 
 // inspect is the RPC inspector that cuts the copies of waiting messages of
 // topic from an RPC. It runs on gossipsub's event loop.
@@ -653,12 +714,10 @@ func (w *waiting) inspect(topic string) func(peer.ID, *lpubsub.RPC) error {
 		now := time.Now()
 		w.mu.Lock()
 		defer w.mu.Unlock()
-		if w.low[from] {
-			return nil
-		}
+		enters := !now.Before(w.suspect[from])
 		kept := pub[:0]
 		for _, m := range pub {
-			if m.GetTopic() != topic || w.enterLocked(MessageID(m.GetData()), now) {
+			if m.GetTopic() != topic || w.enterLocked(MessageID(m.GetData()), from, now, enters) {
 				kept = append(kept, m)
 				continue
 			}
@@ -669,31 +728,55 @@ func (w *waiting) inspect(topic string) func(peer.ID, *lpubsub.RPC) error {
 	}
 }
 
-// enterLocked enters id and reports true, or reports false when a copy of
-// it is waiting already.
-func (w *waiting) enterLocked(id string, now time.Time) bool {
-	if at, ok := w.at[id]; ok && now.Sub(at) < waitingHold {
-		return false
+// enterLocked reports false when a copy of id is waiting already, and
+// otherwise true, entering it when enter is set.
+func (w *waiting) enterLocked(id string, from peer.ID, now time.Time, enter bool) bool {
+	if e, ok := w.at[id]; ok {
+		if now.Sub(e.at) < waitingHold {
+			return false
+		}
+		w.outstayedLocked(id, e, now)
+	}
+	if !enter {
+		return true
 	}
 	if len(w.at) >= maxWaiting {
 		if now.Sub(w.swept) < waitingHold {
 			return true // full of fresh entries: not cut, not entered
 		}
 		w.swept = now
-		for k, at := range w.at {
-			if now.Sub(at) >= waitingHold {
-				delete(w.at, k)
+		for k, e := range w.at {
+			if now.Sub(e.at) >= waitingHold {
+				w.outstayedLocked(k, e, now)
 			}
 		}
 		if len(w.at) >= maxWaiting {
 			return true
 		}
 	}
-	w.at[id] = now
+	w.at[id] = waitingEntry{from: from, at: now}
 	return true
 }
 
-// release takes m out of the set.
+// outstayedLocked takes out an entry gossipsub never took, and makes the
+// peer that entered it a suspect.
+func (w *waiting) outstayedLocked(id string, e waitingEntry, now time.Time) {
+	delete(w.at, id)
+	if len(w.suspect) >= maxWaiting {
+		for p, until := range w.suspect {
+			if !now.Before(until) {
+				delete(w.suspect, p)
+			}
+		}
+		if len(w.suspect) >= maxWaiting {
+			return
+		}
+	}
+	w.suspect[e.from] = now.Add(suspectFor)
+}
+
+// release takes m out of the set: gossipsub took it, dropped it or
+// rejected it.
 func (w *waiting) release(m *lpubsub.Message) {
 	id := m.ID
 	if id == "" {
@@ -701,19 +784,6 @@ func (w *waiting) release(m *lpubsub.Message) {
 	}
 	w.mu.Lock()
 	delete(w.at, id)
-	w.mu.Unlock()
-}
-
-// scores takes gossipsub's score snapshot.
-func (w *waiting) scores(s map[peer.ID]float64) {
-	low := make(map[peer.ID]bool)
-	for p, v := range s {
-		if v < ScoreThresholds().GraylistThreshold {
-			low[p] = true
-		}
-	}
-	w.mu.Lock()
-	w.low = low
 	w.mu.Unlock()
 }
 

@@ -361,20 +361,17 @@ func TestSubscriptionFilter(t *testing.T) {
 
 // TestCopiesOfWaitingMessagesAreCut: while a message waits for validation,
 // its copies are cut from the RPCs that bring them, not those of another
-// topic or from a peer below the graylist threshold; once gossipsub took
-// it (or dropped it), copies pass again.
+// topic; once gossipsub took it (or dropped it), copies pass again. A
+// message gossipsub never takes (it ignored the RPC of a graylisted peer)
+// holds copies out for waitingHold only, and its peer then enters nothing.
 func TestCopiesOfWaitingMessagesAreCut(t *testing.T) {
 	w := newWaiting()
 	inspect := w.inspect("t")
 	topic, other := "t", "other"
 	msg := func(topic, data string) *pb.Message { return &pb.Message{Topic: &topic, Data: []byte(data)} }
-	rpcOf := func(ms ...*pb.Message) *lpubsub.RPC {
+	send := func(from peer.ID, ms ...*pb.Message) string {
 		rpc := &lpubsub.RPC{}
 		rpc.Publish = ms
-		return rpc
-	}
-	send := func(from peer.ID, ms ...*pb.Message) []string {
-		rpc := rpcOf(ms...)
 		if err := inspect(from, rpc); err != nil {
 			t.Fatal(err)
 		}
@@ -382,26 +379,35 @@ func TestCopiesOfWaitingMessagesAreCut(t *testing.T) {
 		for _, m := range rpc.GetPublish() {
 			kept = append(kept, string(m.GetData()))
 		}
-		return kept
+		return strings.Join(kept, ",")
 	}
-	if got := send("p1", msg(topic, "a"), msg(topic, "a"), msg(topic, "b")); strings.Join(got, ",") != "a,b" {
-		t.Fatalf("first RPC kept %v, want a,b (the second a is a copy)", got)
+	if got := send("p1", msg(topic, "a"), msg(topic, "a"), msg(topic, "b")); got != "a,b" {
+		t.Fatalf("first RPC kept %q, want a,b (the second a is a copy)", got)
 	}
-	if got := send("p2", msg(topic, "a"), msg(other, "a")); strings.Join(got, ",") != "a" {
-		t.Fatalf("a copy of a waiting message passed, or another topic's was cut: kept %v", got)
+	if got := send("p2", msg(topic, "a"), msg(other, "a")); got != "a" {
+		t.Fatalf("a copy of a waiting message passed, or another topic's was cut: kept %q", got)
 	}
 	if w.cut.Load() != 2 {
 		t.Errorf("cut %d copies, want 2", w.cut.Load())
 	}
 	w.release(&lpubsub.Message{Message: msg(topic, "a")})
-	if got := send("p2", msg(topic, "a")); len(got) != 1 {
-		t.Fatalf("a copy after its message left the queue was cut: kept %v", got)
+	if got := send("p2", msg(topic, "a")); got != "a" {
+		t.Fatalf("a copy after its message left the queue was cut: kept %q", got)
 	}
-	w.scores(map[peer.ID]float64{"low": 2 * ScoreThresholds().GraylistThreshold, "p1": 0})
-	if got := send("low", msg(topic, "c")); len(got) != 1 {
-		t.Fatalf("kept %v", got)
+	// "b" is never taken (its RPC was ignored): once waitingHold has
+	// passed, its copy goes through, and p1 enters nothing for a while.
+	w.mu.Lock()
+	e := w.at[MessageID([]byte("b"))]
+	e.at = e.at.Add(-waitingHold)
+	w.at[MessageID([]byte("b"))] = e
+	w.mu.Unlock()
+	if got := send("p2", msg(topic, "b")); got != "b" {
+		t.Fatalf("a message never taken held its copies out past waitingHold: kept %q", got)
 	}
-	if got := send("p1", msg(topic, "c")); len(got) != 1 {
-		t.Fatalf("a graylisted peer's copy held an honest one out: kept %v", got)
+	if got := send("p1", msg(topic, "c")); got != "c" {
+		t.Fatalf("kept %q", got)
+	}
+	if got := send("p2", msg(topic, "c")); got != "c" {
+		t.Fatalf("a suspect peer's message held an honest copy out: kept %q", got)
 	}
 }

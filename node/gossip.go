@@ -1,6 +1,7 @@
 package node
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"time"
@@ -103,6 +104,13 @@ func (g *gossip) verify(from peer.ID, data []byte) (any, error) {
 		return nil, pubsub.ErrIgnore
 	}
 	if ok {
+		if p, held := g.table.Get(id); held && bytes.Equal(p.Envelope, data) {
+			// Held byte for byte, learned by sync or from the DHT (and
+			// checked then): relay it once so it still spreads, as below,
+			// without checking its signature again.
+			g.enter(&SignedNodeData{Data: p.Data, Envelope: p.Envelope}, from, SourceGossip)
+			return nil, nil
+		}
 		if _, known := g.table.Sequence(id); !known && !g.newcomers.Allow(from) {
 			return nil, fmt.Errorf("%w: %s passed on more records of peers new to this node than %d at once and %d a second", pubsub.ErrIgnore, from, newcomerBurst, newcomerRate)
 		}

@@ -343,6 +343,13 @@ func (n *Node) takePush(s io.Reader, from peer.ID) error {
 		}
 		return fmt.Errorf("pushed record: %w", err)
 	}
+	if id, ok := envelopeSigner(b); ok && id == from && n.table.Holds(id, b) {
+		// The record held, byte for byte: every sync and fetch a peer
+		// makes carries its record, mostly one this node already holds,
+		// and checking it again cost a signature check per exchange (of
+		// 200 nodes forming on mocknet, 2.2s of the network's 35s of CPU).
+		return nil
+	}
 	sd, err := OpenNodeData(b, n.cfg.Network)
 	if err != nil {
 		n.table.RejectVia(SourceSync, ReasonOf(err), from, err)

@@ -17,7 +17,7 @@ var (
 	descRejections = prometheus.NewDesc("workmesh_nodedata_rejections_total",
 		"NodeData records refused, by how they arrived (gossip, dht, sync) and why.", []string{"source", "reason"}, nil)
 	descGossipDropped = prometheus.NewDesc("workmesh_gossip_dropped_total",
-		"Gossip messages dropped because a queue was full: validation_queue (received, not checked) or peer_queue (not sent to a peer).", []string{"queue"}, nil)
+		"Gossip messages dropped under load: validation_queue (received, not checked), peer_queue (not sent to a peer, its queue full) or no_stream (not sent to a peer gossipsub had no stream to yet).", []string{"queue"}, nil)
 )
 
 // Collector returns a Prometheus collector of the node: its peer table
@@ -32,8 +32,10 @@ func (n *Node) Collector() prometheus.Collector {
 // collect sends the gossip drops counted so far.
 func (n *Node) collect(ch chan<- prometheus.Metric) {
 	validation, outbound := n.gossip.ann.Dropped()
+	noStream, _ := n.gossip.ann.DroppedNoStream()
 	ch <- prometheus.MustNewConstMetric(descGossipDropped, prometheus.CounterValue, float64(validation), "validation_queue")
-	ch <- prometheus.MustNewConstMetric(descGossipDropped, prometheus.CounterValue, float64(outbound), "peer_queue")
+	ch <- prometheus.MustNewConstMetric(descGossipDropped, prometheus.CounterValue, float64(outbound-noStream), "peer_queue")
+	ch <- prometheus.MustNewConstMetric(descGossipDropped, prometheus.CounterValue, float64(noStream), "no_stream")
 }
 
 // Collector returns a Prometheus collector of the table (see

@@ -6,13 +6,16 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	lpubsub "github.com/libp2p/go-libp2p-pubsub"
 	pb "github.com/libp2p/go-libp2p-pubsub/pb"
+	"github.com/libp2p/go-libp2p/core/event"
 	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
 	"github.com/sirupsen/logrus"
@@ -151,13 +154,25 @@ type Announcer struct {
 
 	onJoin func(peer.ID)
 
+	// early carries the peers that subscribed before this node had a send
+	// queue to them, for earlyLoop (see earlyQueues).
+	early   chan peer.ID
+	emitter event.Emitter
+	// waiting holds the messages in gossipsub's validation queue.
+	waiting *waiting
+
 	mu      sync.Mutex
 	peers   map[peer.ID]peerState
 	ready   []peer.ID     // peers that became ready, for joinLoop
 	readyCh chan struct{} // signals ready is not empty
 
-	// Messages gossipsub dropped under load (see Dropped).
-	droppedValidation, droppedOutbound atomic.Uint64
+	// Messages gossipsub dropped under load (see Dropped), and those of
+	// droppedOutbound that were for a peer without a stream yet.
+	droppedValidation, droppedOutbound, droppedNoStream atomic.Uint64
+	// droppedOwnNoStream: those of droppedNoStream this node published
+	// itself (own holds what it published lately).
+	droppedOwnNoStream atomic.Uint64
+	own                recent
 	// Messages rejected because their peer passed its rate (WithPeerRate),
 	// and those dropped on arrival at twice it.
 	throttled, shed atomic.Uint64
@@ -184,6 +199,10 @@ type Announcer struct {
 const (
 	validateQueueSize     = 1024
 	peerOutboundQueueSize = 1024
+	// validateConcurrency bounds the messages checked at once (see New);
+	// beyond it a message is dropped as throttled, counted with those the
+	// validation queue had no room for.
+	validateConcurrency = 1024
 )
 
 // peerState tracks the two conditions under which a peer can be greeted.
@@ -217,11 +236,19 @@ func New(ctx context.Context, h host.Host, network string, verify Verifier, deli
 		onJoin:  o.onPeerJoin,
 		peers:   make(map[peer.ID]peerState),
 		readyCh: make(chan struct{}, 1),
+		early:   make(chan peer.ID, earlyQueue),
+		waiting: newWaiting(),
 	}
 	fail := func(err error) (*Announcer, error) {
 		a.close()
 		return nil, err
 	}
+	name := TopicName(network)
+	em, err := h.EventBus().Emitter(new(event.EvtPeerProtocolsUpdated))
+	if err != nil {
+		return fail(fmt.Errorf("pubsub: protocol events: %w", err))
+	}
+	a.emitter = em
 
 	gopts := append(MessageFormat(), append([]lpubsub.Option{
 		// The network's message format (MessageFormat).
@@ -244,14 +271,16 @@ func New(ctx context.Context, h host.Host, network string, verify Verifier, deli
 		// crowd honest announcements out of it. Up to twice the rate
 		// reaches the verifier, which rejects what is beyond the rate
 		// itself, and that is what sinks the peer's score.
-		lpubsub.WithAppSpecificRpcInspector(NewPeerBuckets(2*o.peerRate, 2*o.peerBurst).inspect(&a.shed)),
+		lpubsub.WithAppSpecificRpcInspector(inspectors(NewPeerBuckets(2*o.peerRate, 2*o.peerBurst).inspect(&a.shed), a.waiting.inspect(name))),
+		// Only the network's topic is tracked, and a peer that subscribes
+		// to it gets its send queue at once (earlyQueues).
+		lpubsub.WithSubscriptionFilter(earlyQueues{a: a, topic: name}),
 	}, o.gossipOpts...)...)
 	ps, err := lpubsub.NewGossipSub(ctx, h, gopts...)
 	if err != nil {
 		return fail(fmt.Errorf("pubsub: start gossipsub: %w", err))
 	}
 	a.ps = ps
-	name := TopicName(network)
 	limits := NewPeerBuckets(o.peerRate, o.peerBurst)
 	validate := func(_ context.Context, from peer.ID, msg *lpubsub.Message) lpubsub.ValidationResult {
 		if from != a.self && !limits.Allow(from) {
@@ -269,9 +298,18 @@ func New(ctx context.Context, h host.Host, network string, verify Verifier, deli
 			return lpubsub.ValidationReject
 		}
 	}
-	// Inline: verification is a size check and a signature check or two, cheaper
-	// than a goroutine hand-off on the path every announcement takes.
-	if err := ps.RegisterTopicValidator(name, lpubsub.ValidatorEx(validate), lpubsub.WithValidatorInline(true)); err != nil {
+	// Not inline: gossipsub marks a message seen when a validation worker
+	// takes it from the validation queue, and only then drops the other
+	// copies of it on arrival. With the check inline, the few workers hold
+	// each message for its signature check while the queue behind them
+	// fills, and every copy that arrives meanwhile (from each mesh peer, and
+	// from every peer that relays it while a network forms) takes a place
+	// of its own: of 200 nodes forming on mocknet, dispatchers dropped
+	// 1,000-4,000 messages for a full queue, copies crowding out records.
+	// Handed to a goroutine of its own (at most validateConcurrency at
+	// once), a message leaves the queue at once, is marked seen, and its
+	// copies are dropped before they cost a place or a check.
+	if err := ps.RegisterTopicValidator(name, lpubsub.ValidatorEx(validate), lpubsub.WithValidatorConcurrency(validateConcurrency)); err != nil {
 		return fail(fmt.Errorf("pubsub: validator for %s: %w", name, err))
 	}
 	if a.topic, err = ps.Join(name); err != nil {
@@ -284,11 +322,92 @@ func New(ctx context.Context, h host.Host, network string, verify Verifier, deli
 		return fail(fmt.Errorf("pubsub: subscribe %s: %w", name, err))
 	}
 
-	a.wg.Add(3)
+	a.wg.Add(4)
 	go a.deliverLoop(ctx, deliver)
 	go a.eventLoop(ctx)
 	go a.joinLoop(ctx)
+	go a.earlyLoop(ctx, h)
 	return a, nil
+}
+
+// earlyQueue bounds the peers waiting for earlyLoop; beyond it a peer
+// gets its send queue when its identify completes, as without earlyQueues.
+const earlyQueue = 256
+
+// earlyQueues is the topic's subscription filter. It keeps the
+// subscriptions to the network's topic only (a peer cannot make gossipsub
+// track topics nobody here uses), and it closes a gap of gossipsub's: a
+// peer's subscription arrives on the peer's own stream, as soon as the
+// peer has identified this node, while this node makes its send queue to
+// the peer only once it has identified the peer in turn. In between,
+// gossipsub counts the peer in the topic but has no queue for it, and
+// every message it would send there (its own announcements, and every
+// message it forwards, since a peer it has not added yet looks like a
+// floodsub peer) is dropped ("no send queue"). On a loaded node that gap
+// lasts seconds and, while a network forms, costs thousands of messages
+// (see Dropped). So a peer that subscribes before this node has a stream
+// to it is announced to gossipsub at once as speaking the protocol it
+// opened its stream with (earlyLoop): gossipsub makes the queue then, and
+// messages wait in it until the stream is open instead of being dropped.
+type earlyQueues struct {
+	a     *Announcer
+	topic string
+}
+
+func (f earlyQueues) CanSubscribe(topic string) bool { return topic == f.topic }
+
+// FilterIncomingSubscriptions runs on gossipsub's event loop: it never
+// blocks.
+func (f earlyQueues) FilterIncomingSubscriptions(from peer.ID, subs []*pb.RPC_SubOpts) ([]*pb.RPC_SubOpts, error) {
+	kept := subs[:0:0]
+	subscribes := false
+	for _, s := range subs {
+		if s.GetTopicid() != f.topic {
+			continue
+		}
+		kept = append(kept, s)
+		subscribes = subscribes || s.GetSubscribe()
+	}
+	if subscribes && !f.a.HasStream(from) {
+		select {
+		case f.a.early <- from:
+		default: // its identify gives it a queue, as before
+		}
+	}
+	return kept, nil
+}
+
+// earlyLoop tells gossipsub, for each peer earlyQueues passed on, that the
+// peer speaks the gossipsub protocol of the stream it opened to this node,
+// which makes gossipsub give it a send queue now (see earlyQueues).
+func (a *Announcer) earlyLoop(ctx context.Context, h host.Host) {
+	defer a.wg.Done()
+	for {
+		var p peer.ID
+		select {
+		case <-ctx.Done():
+			return
+		case p = <-a.early:
+		}
+		if proto, ok := inboundProtocol(h, p, lpubsub.GossipSubDefaultProtocols); ok && !a.HasStream(p) {
+			if err := a.emitter.Emit(event.EvtPeerProtocolsUpdated{Peer: p, Added: []protocol.ID{proto}}); err != nil {
+				return // the event bus is closing
+			}
+		}
+	}
+}
+
+// inboundProtocol returns the protocol, one of want, of a stream p opened
+// to this host.
+func inboundProtocol(h host.Host, p peer.ID, want []protocol.ID) (protocol.ID, bool) {
+	for _, c := range h.Network().ConnsToPeer(p) {
+		for _, s := range c.GetStreams() {
+			if s.Stat().Direction == network.DirInbound && slices.Contains(want, s.Protocol()) {
+				return s.Protocol(), true
+			}
+		}
+	}
+	return "", false
 }
 
 func (a *Announcer) deliverLoop(ctx context.Context, deliver Handler) {
@@ -372,24 +491,37 @@ func (t streamTracer) OnNewOutboundStream(p peer.ID, _ protocol.ID) {
 func (t streamTracer) OnClosedOutboundStream(p peer.ID) {
 	t.a.update(p, func(st *peerState) { st.outbound = false })
 }
-func (streamTracer) Join(string)                      {}
-func (streamTracer) Leave(string)                     {}
-func (streamTracer) Graft(peer.ID, string)            {}
-func (streamTracer) Prune(peer.ID, string)            {}
-func (streamTracer) ValidateMessage(*lpubsub.Message) {}
-func (streamTracer) DeliverMessage(*lpubsub.Message)  {}
-func (t streamTracer) RejectMessage(_ *lpubsub.Message, reason string) {
-	if reason == lpubsub.RejectValidationQueueFull {
+func (streamTracer) Join(string)                          {}
+func (streamTracer) Leave(string)                         {}
+func (streamTracer) Graft(peer.ID, string)                {}
+func (streamTracer) Prune(peer.ID, string)                {}
+func (t streamTracer) ValidateMessage(m *lpubsub.Message) { t.a.waiting.release(m) }
+func (streamTracer) DeliverMessage(*lpubsub.Message)      {}
+func (t streamTracer) RejectMessage(m *lpubsub.Message, reason string) {
+	t.a.waiting.release(m)
+	if reason == lpubsub.RejectValidationQueueFull || reason == lpubsub.RejectValidationThrottled {
 		t.a.droppedValidation.Add(1)
 	}
 }
-func (streamTracer) DuplicateMessage(*lpubsub.Message)                     {}
+func (t streamTracer) DuplicateMessage(m *lpubsub.Message)                 { t.a.waiting.release(m) }
 func (streamTracer) ThrottlePeer(peer.ID)                                  {}
 func (streamTracer) RecvRPC(*lpubsub.RPC)                                  {}
 func (streamTracer) SendRPC(*lpubsub.RPC, peer.ID)                         {}
 func (streamTracer) SendRPCCompleted(*lpubsub.RPC, peer.ID, time.Duration) {}
-func (t streamTracer) DropRPC(rpc *lpubsub.RPC, _ peer.ID) {
-	t.a.droppedOutbound.Add(uint64(len(rpc.GetPublish())))
+func (t streamTracer) DropRPC(rpc *lpubsub.RPC, p peer.ID) {
+	n := uint64(len(rpc.GetPublish()))
+	if n == 0 {
+		return
+	}
+	t.a.droppedOutbound.Add(n)
+	if !t.a.HasStream(p) {
+		t.a.droppedNoStream.Add(n)
+		for _, m := range rpc.GetPublish() {
+			if t.a.own.has(MessageID(m.GetData())) {
+				t.a.droppedOwnNoStream.Add(1)
+			}
+		}
+	}
 }
 func (streamTracer) UndeliverableMessage(*lpubsub.Message) {}
 
@@ -397,19 +529,70 @@ func (streamTracer) UndeliverableMessage(*lpubsub.Message) {}
 // this node is connected to (gossipsub's flood publishing of own messages)
 // and from them through the mesh.
 func (a *Announcer) Publish(ctx context.Context, data []byte) error {
+	a.own.add(MessageID(data))
 	if err := a.topic.Publish(ctx, data); err != nil {
 		return fmt.Errorf("pubsub: publish on %s: %w", a.topic.String(), err)
 	}
 	return nil
 }
 
-// Dropped returns how many messages gossipsub dropped because its queues
-// were full: received messages for which the validation queue had no room,
-// and messages for a peer whose outbound queue had none. Both are lost to
-// that node or peer, unless a duplicate, a sync or the next announcement
-// brings the record again.
+// Dropped returns how many messages gossipsub dropped under load:
+// received messages it had no room to check (the validation queue full,
+// or validateConcurrency checks running), and messages it did not send to
+// a peer (its outbound queue full, or no queue yet: see DroppedNoStream).
+// Both are lost to that node or peer, unless a duplicate, a sync or the
+// next announcement brings the record again.
 func (a *Announcer) Dropped() (validation, outbound uint64) {
 	return a.droppedValidation.Load(), a.droppedOutbound.Load()
+}
+
+// DroppedNoStream returns how many of the outbound drops (Dropped) were
+// for a peer this node had no gossip stream to yet: gossipsub counted it
+// in the topic (its subscription had come) but had no queue for it (see
+// earlyQueues), or it had just gone. The rest were for a full queue.
+//
+// Most of them are messages this node forwarded: to gossipsub a peer it
+// has not added yet looks like a floodsub peer, which is sent everything,
+// while once added it is sent only what its mesh links carry, so they are
+// not deliveries the peer misses. own counts those this node published
+// itself (its record, or one it relays on a newcomer's behalf), which
+// gossipsub sends to every topic peer: those the peer gets through its
+// mesh, a sync or the greeting instead.
+func (a *Announcer) DroppedNoStream() (all, own uint64) {
+	return a.droppedNoStream.Load(), a.droppedOwnNoStream.Load()
+}
+
+// recent is a bounded set of the message IDs published last.
+type recent struct {
+	mu   sync.Mutex
+	ids  map[string]struct{}
+	ring [recentIDs]string
+	next int
+}
+
+// recentIDs bounds recent.
+const recentIDs = 256
+
+func (r *recent) add(id string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.ids == nil {
+		r.ids = make(map[string]struct{}, recentIDs)
+	}
+	if _, ok := r.ids[id]; ok {
+		return
+	}
+	delete(r.ids, r.ring[r.next])
+	r.ring[r.next] = id
+	r.ids[id] = struct{}{}
+	r.next = (r.next + 1) % recentIDs
+}
+
+func (r *recent) has(id string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, ok := r.ids[id]
+	return ok
 }
 
 // Throttled returns how many messages were rejected because the peer that
@@ -452,6 +635,9 @@ func (a *Announcer) close() {
 		}
 		a.cancel()
 		a.wg.Wait()
+		if a.emitter != nil {
+			_ = a.emitter.Close()
+		}
 		if a.topic != nil {
 			// Close fails only while subscriptions or handlers are
 			// active, and they were cancelled above; after ctx ends it
@@ -460,3 +646,147 @@ func (a *Announcer) close() {
 		}
 	})
 }
+
+// inspectors runs gossipsub RPC inspectors in turn; the first error drops
+// the RPC.
+func inspectors(fs ...func(peer.ID, *lpubsub.RPC) error) func(peer.ID, *lpubsub.RPC) error {
+	return func(p peer.ID, rpc *lpubsub.RPC) error {
+		for _, f := range fs {
+			if err := f(p, rpc); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
+// waiting is the set of announcements waiting in gossipsub's validation
+// queue, by message ID, so that the copies arriving meanwhile are cut
+// before they take a place of their own there. Gossipsub drops a copy on
+// arrival only once a validation worker has taken the first one from the
+// queue (and marked it seen); until then, every copy (from each mesh peer,
+// and while a network forms from every peer that floods it) was queued
+// behind it, and on a loaded node the queue filled with copies and
+// dropped records (of 200 nodes forming on mocknet, 200-5,000 messages).
+//
+// A message is entered when its first copy arrives, and leaves when
+// gossipsub takes it for validation, drops it as a duplicate, or rejects
+// it. Gossipsub ignores the RPCs of a graylisted peer after this inspector
+// has seen them, so a message entered from one is never taken: it leaves
+// after waitingHold, and the peer that entered it enters nothing for
+// suspectFor. A graylisted peer can thus hold the copies of a message out
+// of the queue for waitingHold, once per suspectFor.
+type waiting struct {
+	mu      sync.Mutex
+	at      map[string]waitingEntry
+	swept   time.Time
+	suspect map[peer.ID]time.Time // enters nothing until
+	cut     atomic.Uint64
+}
+
+type waitingEntry struct {
+	from peer.ID
+	at   time.Time
+}
+
+// waitingHold bounds how long a message stays in the set; suspectFor is
+// how long a peer whose entry outstayed it enters nothing; maxWaiting
+// bounds the set and the suspects (beyond it, copies are not cut until
+// entries leave).
+const (
+	waitingHold = 2 * time.Second
+	suspectFor  = time.Minute
+	maxWaiting  = 4096
+)
+
+func newWaiting() *waiting {
+	return &waiting{at: make(map[string]waitingEntry), suspect: make(map[peer.ID]time.Time)}
+}
+
+// inspect is the RPC inspector that cuts the copies of waiting messages of
+// topic from an RPC. It runs on gossipsub's event loop.
+func (w *waiting) inspect(topic string) func(peer.ID, *lpubsub.RPC) error {
+	return func(from peer.ID, rpc *lpubsub.RPC) error {
+		pub := rpc.GetPublish()
+		if len(pub) == 0 {
+			return nil
+		}
+		now := time.Now()
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		enters := !now.Before(w.suspect[from])
+		kept := pub[:0]
+		for _, m := range pub {
+			if m.GetTopic() != topic || w.enterLocked(MessageID(m.GetData()), from, now, enters) {
+				kept = append(kept, m)
+				continue
+			}
+			w.cut.Add(1)
+		}
+		rpc.Publish = kept
+		return nil
+	}
+}
+
+// enterLocked reports false when a copy of id is waiting already, and
+// otherwise true, entering it when enter is set.
+func (w *waiting) enterLocked(id string, from peer.ID, now time.Time, enter bool) bool {
+	if e, ok := w.at[id]; ok {
+		if now.Sub(e.at) < waitingHold {
+			return false
+		}
+		w.outstayedLocked(id, e, now)
+	}
+	if !enter {
+		return true
+	}
+	if len(w.at) >= maxWaiting {
+		if now.Sub(w.swept) < waitingHold {
+			return true // full of fresh entries: not cut, not entered
+		}
+		w.swept = now
+		for k, e := range w.at {
+			if now.Sub(e.at) >= waitingHold {
+				w.outstayedLocked(k, e, now)
+			}
+		}
+		if len(w.at) >= maxWaiting {
+			return true
+		}
+	}
+	w.at[id] = waitingEntry{from: from, at: now}
+	return true
+}
+
+// outstayedLocked takes out an entry gossipsub never took, and makes the
+// peer that entered it a suspect.
+func (w *waiting) outstayedLocked(id string, e waitingEntry, now time.Time) {
+	delete(w.at, id)
+	if len(w.suspect) >= maxWaiting {
+		for p, until := range w.suspect {
+			if !now.Before(until) {
+				delete(w.suspect, p)
+			}
+		}
+		if len(w.suspect) >= maxWaiting {
+			return
+		}
+	}
+	w.suspect[e.from] = now.Add(suspectFor)
+}
+
+// release takes m out of the set: gossipsub took it, dropped it or
+// rejected it.
+func (w *waiting) release(m *lpubsub.Message) {
+	id := m.ID
+	if id == "" {
+		id = MessageID(m.GetData())
+	}
+	w.mu.Lock()
+	delete(w.at, id)
+	w.mu.Unlock()
+}
+
+// CopiesCut returns how many copies of announcements waiting for
+// validation were dropped on arrival (see waiting).
+func (a *Announcer) CopiesCut() uint64 { return a.waiting.cut.Load() }

@@ -3,6 +3,7 @@ package pubsub
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"sync"
@@ -11,9 +12,13 @@ import (
 
 	"github.com/libp2p/go-libp2p"
 	lpubsub "github.com/libp2p/go-libp2p-pubsub"
+	pb "github.com/libp2p/go-libp2p-pubsub/pb"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/p2p/protocol/identify"
 	"github.com/sirupsen/logrus"
+
+	"github.com/workmesh/workmesh/tests/testkit"
 )
 
 func newHost(t testing.TB) host.Host {
@@ -269,5 +274,140 @@ func TestMessageIDsAreContentAddressed(t *testing.T) {
 	defer mu.Unlock()
 	if n := checked["good record"]; n != 1 {
 		t.Errorf("the record published by A and by B was verified %d times at C, want 1", n)
+	}
+}
+
+// TestSendQueueBeforeIdentify: a peer whose subscription arrives before
+// this node has identified it gets a send queue at once (earlyQueues). B
+// does not answer identify, so A never identifies B, the event on which
+// gossipsub alone would make A's queue to B: A still opens its stream to B
+// once B subscribed, and B receives what A publishes.
+func TestSendQueueBeforeIdentify(t *testing.T) {
+	ctx := context.Background()
+	ha, hb := newHost(t), newHost(t)
+	hb.RemoveStreamHandler(identify.ID)
+	a, err := New(ctx, ha, "test", acceptAll, nil, WithLogger(quiet()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	got := make(chan any, 1)
+	b, err := New(ctx, hb, "test", acceptAll, func(_ peer.ID, v any) { got <- v }, WithLogger(quiet()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if err := hb.Connect(ctx, peer.AddrInfo{ID: ha.ID(), Addrs: ha.Addrs()}); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, 10*time.Second, "A's gossip stream to B, which subscribed but does not answer identify", func() error {
+		if !a.HasStream(hb.ID()) {
+			_, dropped := a.Dropped()
+			return fmt.Errorf("no stream yet (%d messages dropped)", dropped)
+		}
+		return nil
+	})
+	if err := a.Publish(ctx, []byte("good after subscribe")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case v := <-got:
+		if v != "good after subscribe" {
+			t.Errorf("got %q", v)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("B never received A's announcement")
+	}
+}
+
+// TestSubscriptionFilter: only the network's topic is tracked, and a
+// subscription to it from a peer without a stream queues the peer for an
+// early send queue.
+func TestSubscriptionFilter(t *testing.T) {
+	a := &Announcer{peers: map[peer.ID]peerState{}, early: make(chan peer.ID, 1)}
+	f := earlyQueues{a: a, topic: "t"}
+	if !f.CanSubscribe("t") || f.CanSubscribe("other") {
+		t.Error("CanSubscribe: want the network's topic only")
+	}
+	yes, no := true, false
+	other, topic := "other", "t"
+	subs := []*pb.RPC_SubOpts{{Topicid: &other, Subscribe: &yes}, {Topicid: &topic, Subscribe: &yes}}
+	kept, err := f.FilterIncomingSubscriptions("p1", subs)
+	if err != nil || len(kept) != 1 || kept[0].GetTopicid() != "t" {
+		t.Fatalf("kept %v, %v; want the subscription to t only", kept, err)
+	}
+	select {
+	case p := <-a.early:
+		if p != "p1" {
+			t.Errorf("early queue for %s, want p1", p)
+		}
+	default:
+		t.Error("a peer subscribing without a stream was not queued for an early send queue")
+	}
+	a.peers["p2"] = peerState{outbound: true}
+	unsub := []*pb.RPC_SubOpts{{Topicid: &topic, Subscribe: &no}}
+	if _, err := f.FilterIncomingSubscriptions("p1", unsub); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.FilterIncomingSubscriptions("p2", subs); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case p := <-a.early:
+		t.Errorf("queued %s: neither an unsubscription nor a peer with a stream needs an early queue", p)
+	default:
+	}
+}
+
+// TestCopiesOfWaitingMessagesAreCut: while a message waits for validation,
+// its copies are cut from the RPCs that bring them, not those of another
+// topic; once gossipsub took it (or dropped it), copies pass again. A
+// message gossipsub never takes (it ignored the RPC of a graylisted peer)
+// holds copies out for waitingHold only, and its peer then enters nothing.
+func TestCopiesOfWaitingMessagesAreCut(t *testing.T) {
+	w := newWaiting()
+	inspect := w.inspect("t")
+	topic, other := "t", "other"
+	msg := func(topic, data string) *pb.Message { return &pb.Message{Topic: &topic, Data: []byte(data)} }
+	send := func(from peer.ID, ms ...*pb.Message) string {
+		rpc := &lpubsub.RPC{}
+		rpc.Publish = ms
+		if err := inspect(from, rpc); err != nil {
+			t.Fatal(err)
+		}
+		var kept []string
+		for _, m := range rpc.GetPublish() {
+			kept = append(kept, string(m.GetData()))
+		}
+		return strings.Join(kept, ",")
+	}
+	if got := send("p1", msg(topic, "a"), msg(topic, "a"), msg(topic, "b")); got != "a,b" {
+		t.Fatalf("first RPC kept %q, want a,b (the second a is a copy)", got)
+	}
+	if got := send("p2", msg(topic, "a"), msg(other, "a")); got != "a" {
+		t.Fatalf("a copy of a waiting message passed, or another topic's was cut: kept %q", got)
+	}
+	if w.cut.Load() != 2 {
+		t.Errorf("cut %d copies, want 2", w.cut.Load())
+	}
+	w.release(&lpubsub.Message{Message: msg(topic, "a")})
+	if got := send("p2", msg(topic, "a")); got != "a" {
+		t.Fatalf("a copy after its message left the queue was cut: kept %q", got)
+	}
+	// "b" is never taken (its RPC was ignored): once waitingHold has
+	// passed, its copy goes through, and p1 enters nothing for a while.
+	w.mu.Lock()
+	e := w.at[MessageID([]byte("b"))]
+	e.at = e.at.Add(-waitingHold)
+	w.at[MessageID([]byte("b"))] = e
+	w.mu.Unlock()
+	if got := send("p2", msg(topic, "b")); got != "b" {
+		t.Fatalf("a message never taken held its copies out past waitingHold: kept %q", got)
+	}
+	if got := send("p1", msg(topic, "c")); got != "c" {
+		t.Fatalf("kept %q", got)
+	}
+	if got := send("p2", msg(topic, "c")); got != "c" {
+		t.Fatalf("a suspect peer's message held an honest copy out: kept %q", got)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"fmt"
 	"os"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -160,9 +161,21 @@ func scaleAnnounce(tb testing.TB) time.Duration {
 // workers the dispatchers ranked alive when the load started (converged-%)
 // and 15s after the start (alive-15s-%: the lowest share at any
 // dispatcher), the time until every dispatcher ranked every worker alive
-// (alive-all-s), and the gossip messages dropped for full queues while the
-// network formed (dropped-validation, dropped-peer-queue, and dropped-total
-// for the whole run, load included). The load starts once every
+// (alive-all-s), the time it took to start every node (start-s), the CPU
+// the process spent until every worker was alive everywhere (form-cpu-s)
+// and that CPU over the machine's cores (form-floor-s: the shortest time
+// forming could take here however the work were spread, so alive-15s-% is
+// out of reach wherever it exceeds 15s), and the gossip messages gossipsub
+// dropped while the network formed: not checked for a full validation
+// queue (dropped-validation), not sent for a full peer queue
+// (dropped-peer-queue) or to a peer it had no stream to yet
+// (dropped-no-stream; dropped-no-stream-own are those the dropping node
+// published itself: the rest it forwarded, which gossipsub sends such a
+// peer only because it takes it for a floodsub peer until it has added it,
+// see pubsub.Announcer.DroppedNoStream), and all of them for the whole run, load included
+// (dropped-total). Beside req/s it reports the requests per CPU-second the
+// whole process spent on the load (req/cpu-s), which other processes on
+// the machine do not change. The load starts once every
 // dispatcher ranks every worker alive (or after 45s regardless) and
 // the idle network burns less than one core (or after 40s more
 // regardless: a 200-node network forming keeps both cores busy for 10-30s,
@@ -181,6 +194,7 @@ func benchScale(b *testing.B, total int) {
 		limit = 10 * time.Second
 	)
 	start := time.Now()
+	cpuStart := cpuTime(b)
 	announce := scaleAnnounce(b)
 	settings := func(c *config.Config) {
 		productionSettings(c)
@@ -264,16 +278,26 @@ wait:
 	tick.Stop()
 	deadline.Stop()
 	converged := time.Since(start)
+	// formCPU is what the process spent from the start until then: the
+	// shortest time forming could take is that CPU spread over every core
+	// of the machine (formFloor), whatever else runs on it.
+	formCPU := cpuTime(b) - cpuStart
+	formFloor := formCPU / time.Duration(runtime.GOMAXPROCS(0))
 	if share == 1 && converged <= aliveWithin {
 		alive15 = 1
 	}
-	// Gossip messages dropped for full gossipsub queues while the network
-	// formed, on all nodes together.
-	var droppedValidation, droppedPeer uint64
+	// Gossip messages gossipsub dropped while the network formed, on all
+	// nodes together: not checked (validation), not sent to a peer for a
+	// full queue (peer), or for none yet (noStream: see
+	// pubsub.Announcer.DroppedNoStream).
+	var droppedValidation, droppedPeer, droppedNoStream, droppedOwn uint64
 	for _, m := range append(slices.Clone(gws), ws...) {
 		v, o := m.node.Gossip().Dropped()
+		ns, own := m.node.Gossip().DroppedNoStream()
 		droppedValidation += v
-		droppedPeer += o
+		droppedPeer += o - ns
+		droppedNoStream += ns
+		droppedOwn += own
 	}
 	// A network that just formed is busy (routing-table refreshes, first
 	// syncs and polls): let it settle below one core, for at most 40s, and
@@ -283,7 +307,9 @@ wait:
 
 	req := dispatch.WorkRequest{Type: "echo", Payload: bytes.Repeat([]byte("x"), 256), Timeout: 5 * time.Second}
 	var res phaseResult
+	var loadCPU time.Duration
 	for b.Loop() {
+		cpu0 := cpuTime(b)
 		var (
 			mu      sync.Mutex
 			failed  int
@@ -303,6 +329,7 @@ wait:
 			}
 			return nil
 		})
+		loadCPU = cpuTime(b) - cpu0
 		if failed > 0 {
 			b.Logf("%d requests failed; the slowest: %s", failed, describe(slowest, peerName(append(ws, gws...)...)))
 		}
@@ -325,9 +352,16 @@ wait:
 	b.ReportMetric(100*alive15, "alive-15s-%")
 	b.ReportMetric(converged.Seconds(), "alive-all-s")
 	b.ReportMetric(1000*background/float64(total), "idle-millicores/node")
-	b.Logf("%d nodes on mocknet (%d dispatching, %d serving): started in %s; after %s the dispatchers ranked at least %.0f%% of the workers alive (gossip messages dropped for a full queue: %d validation, %d peer); idle network %.2f cores after %s; %d requests in %s: %.0f req/s, p50 %s, p99 %s, %d failed",
-		total, scaleDispatchers, len(ws), started.Round(time.Millisecond), converged.Round(time.Millisecond), 100*share, droppedValidation, droppedPeer, background, settled.Round(time.Second),
-		res.ok, res.elapsed.Round(time.Millisecond), res.rate(), percentile(res.lat, 50), p99, res.failed)
+	b.ReportMetric(float64(droppedNoStream), "dropped-no-stream")
+	b.ReportMetric(float64(droppedOwn), "dropped-no-stream-own")
+	b.ReportMetric(started.Seconds(), "start-s")
+	b.ReportMetric(formCPU.Seconds(), "form-cpu-s")
+	b.ReportMetric(formFloor.Seconds(), "form-floor-s")
+	b.ReportMetric(float64(res.ok)/loadCPU.Seconds(), "req/cpu-s")
+	b.Logf("%d nodes on mocknet (%d dispatching, %d serving): started in %s; after %s the dispatchers ranked at least %.0f%% of the workers alive, the process having spent %s of CPU (at least %s on %d cores); gossip messages dropped: %d validation, %d for a full peer queue, %d for a peer without a stream yet (%d of them own publications); idle network %.2f cores after %s; %d requests in %s: %.0f req/s (%.0f per CPU-second), p50 %s, p99 %s, %d failed",
+		total, scaleDispatchers, len(ws), started.Round(time.Millisecond), converged.Round(time.Millisecond), 100*share, formCPU.Round(time.Millisecond), formFloor.Round(time.Millisecond), runtime.GOMAXPROCS(0),
+		droppedValidation, droppedPeer, droppedNoStream, droppedOwn, background, settled.Round(time.Second),
+		res.ok, res.elapsed.Round(time.Millisecond), res.rate(), float64(res.ok)/loadCPU.Seconds(), percentile(res.lat, 50), p99, res.failed)
 }
 
 // idleCores measures the CPU the process burns, in cores, over two-second

@@ -557,3 +557,44 @@ func (s *Selector) Ranking(workType string) []Ranked {
 	}
 	return out
 }
+
+// Leading returns the peers that lead the current ranking: the first n of
+// every work type's order, group by group as a request walks it, at most
+// limit in all, each once; work types are taken in name order. It is what
+// a dispatcher keeps its connections to whatever else it trims.
+func (s *Selector) Leading(n, limit int) []string {
+	snap := s.snap.Load()
+	if snap == nil || n <= 0 || limit <= 0 {
+		return nil
+	}
+	names := make([]string, 0, len(snap.types))
+	for name := range snap.types {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	var out []string
+	seen := make(map[string]bool)
+	for _, name := range names {
+		taken := 0
+		for _, g := range snap.types[name].groups {
+			for _, e := range g.members {
+				if taken == n {
+					break
+				}
+				if e.health.load() == StateUnreachable {
+					continue // no connection to keep
+				}
+				taken++
+				if seen[e.id] {
+					continue
+				}
+				if len(out) == limit {
+					return out
+				}
+				seen[e.id] = true
+				out = append(out, e.id)
+			}
+		}
+	}
+	return out
+}

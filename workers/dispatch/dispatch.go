@@ -129,6 +129,9 @@ type Dispatcher struct {
 	// connection events Run reads (same owner as synced): their
 	// candidates carry Relayed.
 	relayed map[peer.ID]bool
+	// protected holds the workers whose connections this dispatcher has
+	// the connection manager keep (protectLeading; owned by Run).
+	protected map[peer.ID]bool
 	// syncDelay spaces out syncs during a burst of table changes; see Run.
 	syncDelay time.Duration
 	// metrics counts requests, attempts and polls (see Collector).

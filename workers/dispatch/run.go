@@ -34,6 +34,11 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	const tick = 50 * time.Millisecond
 	ticker := time.NewTicker(tick)
 	defer ticker.Stop()
+	// The leading workers' connections are protected from the connection
+	// manager's trimming (protectLeading), checked every second.
+	const protectEvery = 20 // ticks
+	ticks := 0
+	defer d.unprotectAll()
 	table := d.node.Peers()
 	changed := table.Changed()
 	// This loop polls: a peer it learns of is selected once it answered.
@@ -210,6 +215,9 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		case <-ticker.C:
 			d.sel.MaybeRefresh()
 			startDue()
+			if ticks++; ticks%protectEvery == 1 {
+				d.protectLeading()
+			}
 		}
 	}
 }

@@ -128,7 +128,7 @@ func breaksFirst(workers func(float64) float64, capPeers int) string {
 	// its connection manager keeps connections.
 	conn := float64(node.ConnHighWater) / (1 - dispatchingShare)
 	return fmt.Sprintf("a dispatcher polls every worker it knows, over a connection each, and the connection manager trims beyond %d: "+
-		"from about %.0f nodes on, the polls of the trimmed peers dial again (a cold connect each), so polling all workers stops being cheap well before 1,000 nodes. "+
+		"from about %.0f nodes on, the polls of the trimmed peers dial again (a cold connect each; the dispatcher protects only the connections to the workers that lead its ranking), so polling all workers stops being cheap well before 1,000 nodes. "+
 		"Next, at %d nodes the peer table is full (peer-table-cap), and records of further peers are refused unless connected. "+
 		"Gossip itself grows with the records published: without chain heads a node receives a record per node per %s; "+
 		"with a chain head in every record, a 100,000-node network sends each node thousands of records a second, and the bytes (each from about D mesh peers) are what breaks there.",

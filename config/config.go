@@ -315,6 +315,12 @@ type LivenessConfig struct {
 	// redialed and probed; it doubles each time the peer stalls again
 	// without having answered work in between, up to 16 times it.
 	StallCordon time.Duration `koanf:"stall-cordon"`
+	// PollBudget is how many alive peers a dispatcher polls per
+	// PollInterval: with more alive peers than that, each is polled every
+	// PollInterval times alive/PollBudget instead. Peers probing, awaiting
+	// their first poll or unreachable keep their own pace. 0 polls every
+	// alive peer every PollInterval.
+	PollBudget int `koanf:"poll-budget"`
 }
 
 // RatingConfig drives the scoring of peers from their recent outcomes.
@@ -494,6 +500,7 @@ func Defaults() Config {
 			RedialBackoffMax:     30 * time.Second,
 			StallThreshold:       2,
 			StallCordon:          30 * time.Second,
+			PollBudget:           512,
 		},
 		Rating: RatingConfig{
 			Window:        30 * time.Second,

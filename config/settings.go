@@ -58,6 +58,7 @@ var help = map[string]string{
 	"poll-interval":          "time between two health pings to a peer; 0 turns polling off",
 	"poll-failure-threshold": "failure count at which a peer becomes unreachable",
 	"poll-success-threshold": "good pings in a row an unreachable peer needs to be alive again; needs poll-interval > 0",
+	"poll-budget":            "alive peers polled per poll-interval: with more, each is polled every poll-interval x alive/poll-budget; 0 polls all every poll-interval",
 	"redial-backoff-min":     "first wait before redialing an unreachable peer",
 	"redial-backoff-max":     "upper bound on the doubling wait between redials",
 	"stall-threshold":        "work requests a peer accepted and left unanswered past their deadline (an answer takes one away) at which it is cordoned, whatever its pings say; 0 turns it off",
@@ -177,7 +178,7 @@ var group = map[string]string{
 	"label-balancing.order": "selection", "label-balancing.pass-on-error": "selection",
 	"label-balancing.include-default": "selection",
 
-	"poll-interval": "liveness", "poll-failure-threshold": "liveness", "poll-success-threshold": "liveness",
+	"poll-interval": "liveness", "poll-failure-threshold": "liveness", "poll-success-threshold": "liveness", "poll-budget": "liveness",
 	"redial-backoff-min": "liveness", "redial-backoff-max": "liveness",
 	"stall-threshold": "liveness", "stall-cordon": "liveness", "local-reserve": "work",
 

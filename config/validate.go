@@ -360,6 +360,7 @@ func (l *LivenessConfig) Validate() error {
 	notNegative(&c, "poll-interval", l.PollInterval)
 	atLeast(&c, "poll-failure-threshold", l.PollFailureThreshold, 1)
 	atLeast(&c, "poll-success-threshold", l.PollSuccessThreshold, 0)
+	atLeast(&c, "poll-budget", l.PollBudget, 0)
 	// Without polling no ping is ever answered, so an unreachable peer
 	// waiting for good pings would never come back.
 	if l.PollSuccessThreshold > 0 && l.PollInterval == 0 {

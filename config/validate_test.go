@@ -158,6 +158,7 @@ func TestValidate_Bounds(t *testing.T) {
 		{"poll-interval negative", func(c *Config) { c.Liveness.PollInterval = -time.Second }, "poll-interval -1s must be >= 0"},
 		{"poll-failure-threshold zero", func(c *Config) { c.Liveness.PollFailureThreshold = 0 }, "poll-failure-threshold 0 must be >= 1"},
 		{"poll-success-threshold negative", func(c *Config) { c.Liveness.PollSuccessThreshold = -1 }, "poll-success-threshold -1 must be >= 0"},
+		{"poll-budget negative", func(c *Config) { c.Liveness.PollBudget = -1 }, "poll-budget -1 must be >= 0"},
 		{"redial-backoff-min zero", func(c *Config) { c.Liveness.RedialBackoffMin = 0 }, "redial-backoff-min 0s must be > 0"},
 		{"redial-backoff-min above max", func(c *Config) { c.Liveness.RedialBackoffMin = time.Minute }, "redial-backoff-min 1m0s must be <= redial-backoff-max 30s"},
 		{"stall-threshold negative", func(c *Config) { c.Liveness.StallThreshold = -1 }, "stall-threshold -1 must be >= 0"},

@@ -565,7 +565,8 @@ func (l *Liveness) setState(id string, target State) error {
 }
 
 // Due returns, sorted, the peers to poll now: StateAlive and StateProbing peers whose
-// last poll is poll-interval old (none when polling is off), and StateUnreachable
+// last poll is poll-interval old (none when polling is off; for alive peers
+// longer when there are more than poll-budget of them), and StateUnreachable
 // peers whose redial backoff has passed.
 func (l *Liveness) Due() []string {
 	l.mu.Lock()
@@ -575,21 +576,47 @@ func (l *Liveness) Due() []string {
 
 func (l *Liveness) dueLocked() []string {
 	now := l.clock.Now()
+	aliveEvery := l.aliveIntervalLocked()
 	var out []string
 	for id, h := range l.peers {
-		switch h.load() {
+		switch st := h.load(); st {
 		case StateUnreachable:
 			if !now.Before(h.nextAttempt) {
 				out = append(out, id)
 			}
 		default:
-			if l.cfg.PollInterval > 0 && !now.Before(h.lastPoll.Add(l.pollInterval(h))) {
+			every := l.pollInterval(h)
+			if st == StateAlive {
+				every = aliveEvery
+			}
+			if l.cfg.PollInterval > 0 && !now.Before(h.lastPoll.Add(every)) {
 				out = append(out, id)
 			}
 		}
 	}
 	sort.Strings(out)
 	return out
+}
+
+// aliveIntervalLocked returns the time between two polls of an alive
+// peer: poll-interval, or, with more alive peers than poll-budget, that
+// much longer, so that the polls of alive peers stay within poll-budget
+// per poll-interval however large the network.
+func (l *Liveness) aliveIntervalLocked() time.Duration {
+	budget := l.cfg.PollBudget
+	if budget <= 0 || len(l.peers) <= budget {
+		return l.cfg.PollInterval
+	}
+	alive := 0
+	for _, h := range l.peers {
+		if h.load() == StateAlive {
+			alive++
+		}
+	}
+	if alive <= budget {
+		return l.cfg.PollInterval
+	}
+	return time.Duration(float64(l.cfg.PollInterval) * float64(alive) / float64(budget))
 }
 
 // Counts returns how many known peers are in each state.

@@ -500,3 +500,42 @@ func TestLiveness_FailedNewsProbeCountsNothing(t *testing.T) {
 		t.Fatalf("a good news probe: %+v, %v; want alive", tr, changed)
 	}
 }
+
+// With more alive peers than poll-budget, each alive peer is polled that
+// much less often, so that a poll-interval holds poll-budget polls of
+// alive peers; with no more alive than the budget, every poll-interval.
+func TestLiveness_PollBudgetSpreadsAlivePolls(t *testing.T) {
+	clk := testkit.NewFakeClock()
+	l, err := NewLiveness(config.LivenessConfig{
+		PollInterval: time.Second, PollFailureThreshold: 1, PollSuccessThreshold: 1,
+		RedialBackoffMin: time.Second, RedialBackoffMax: 8 * time.Second, PollBudget: 4,
+	}, clk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
+	l.handles(ids)
+	for _, id := range ids {
+		l.Report(id, true) // polled now
+	}
+	clk.Advance(time.Second)
+	if due := l.Due(); len(due) != 0 {
+		t.Fatalf("8 alive with poll-budget 4, one poll-interval on: due %v, want none (every 2s)", due)
+	}
+	clk.Advance(time.Second)
+	if due := l.Due(); len(due) != len(ids) {
+		t.Fatalf("two poll-intervals on: due %v, want all 8", due)
+	}
+	for _, id := range ids {
+		l.Report(id, true)
+	}
+	// Four unreachable leave four alive: the budget holds them all again,
+	// and the unreachable ones are redialed at their backoff.
+	for _, id := range ids[4:] {
+		l.Report(id, false)
+	}
+	clk.Advance(time.Second)
+	if due := l.Due(); !slices.Equal(due, ids) {
+		t.Fatalf("4 alive, 4 unreachable, one poll-interval on: due %v, want all (alive every 1s, redials after 1s)", due)
+	}
+}

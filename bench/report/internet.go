@@ -85,6 +85,16 @@ func writeInternetTable(w io.Writer, c costs) {
 		return records * (float64(gp.D)*c.gossipBytes + float64(gp.Dlazy)*gossipIDBytes)
 	}
 	workers := func(n float64) float64 { return n * (1 - dispatchingShare) }
+	// A dispatcher polls at most poll-budget alive workers per
+	// poll-interval; beyond that each worker is polled less often.
+	budget := float64(d.Liveness.PollBudget)
+	polled := func(n float64) float64 {
+		if budget > 0 {
+			return min(workers(n), budget)
+		}
+		return workers(n)
+	}
+	pingsSent := func(n float64) float64 { return polled(n) / poll.Seconds() }
 	lines := []line{
 		{"records received, no chain heads (refresh every " + announce.String() + ", publications under load)", func(n float64) string { return num(idleRecords(n)) }},
 		{"records received, every node serving a chain with a new head every " + chainBlock.String(), func(n float64) string { return num(chainRecords(n)) }},
@@ -97,16 +107,19 @@ func writeInternetTable(w io.Writer, c costs) {
 		{"gossip bytes received (no heads / chain heads)", func(n float64) string {
 			return bytesPS(gossipIn(idleRecords(n))) + " / " + bytesPS(gossipIn(chainRecords(n)))
 		}},
-		{"a dispatcher: health pings sent (every worker every " + poll.String() + ")", func(n float64) string { return num(workers(n) / poll.Seconds()) }},
+		{fmt.Sprintf("a dispatcher: health pings sent (every worker every %s, at most poll-budget %d per %s)", poll, d.Liveness.PollBudget, poll), func(n float64) string { return num(pingsSent(n)) }},
+		{"a dispatcher: time between two polls of one alive worker", func(n float64) string {
+			return (time.Duration(float64(poll) * workers(n) / polled(n))).Round(time.Second).String()
+		}},
 		{"a dispatcher: health ping CPU (both ends' cost, as an upper bound of one)", func(n float64) string {
-			return cores(workers(n) / poll.Seconds() * c.pingCPUUS)
+			return cores(pingsSent(n) * c.pingCPUUS)
 		}},
 		{"a dispatcher: health ping bytes (out + in)", func(n float64) string {
-			return bytesPS(workers(n) / poll.Seconds() * (c.pingBytes + c.answerBytes))
+			return bytesPS(pingsSent(n) * (c.pingBytes + c.answerBytes))
 		}},
 		{fmt.Sprintf("a dispatcher: connections its polls need (connection manager keeps %d-%d)", node.ConnLowWater, node.ConnHighWater), func(n float64) string { return num(workers(n)) }},
 		{fmt.Sprintf("a worker: health pings received (%.0f%% of the nodes dispatching)", dispatchingShare*100), func(n float64) string {
-			return num(n * dispatchingShare / poll.Seconds())
+			return num(n * dispatchingShare * polled(n) / workers(n) / poll.Seconds())
 		}},
 		{fmt.Sprintf("peer table entries (peer-table-cap %d)", capPeers), func(n float64) string { return num(n) }},
 	}
@@ -119,20 +132,21 @@ func writeInternetTable(w io.Writer, c costs) {
 		"a health ping %.1f µs of CPU (both ends) and %.0f + %.0f bytes, %.3f own publications per second under load; "+
 		"gossipsub D=%d, Dlazy=%d; announce-interval %s, poll-interval %s.\n",
 		c.validateUS, c.membersValidateUS, c.gossipBytes, c.pingCPUUS, c.pingBytes, c.answerBytes, c.publishLoad, gp.D, gp.Dlazy, announce, poll)
-	fmt.Fprintf(w, "\nWhere it breaks first: %s\n", breaksFirst(workers, capPeers))
+	fmt.Fprintf(w, "\nWhere it breaks first: %s\n", breaksFirst(workers, capPeers, d.Liveness.PollBudget))
 }
 
 // breaksFirst names the first limit a growing network meets.
-func breaksFirst(workers func(float64) float64, capPeers int) string {
+func breaksFirst(workers func(float64) float64, capPeers, budget int) string {
 	// The smallest network at which a dispatcher polls more workers than
 	// its connection manager keeps connections.
 	conn := float64(node.ConnHighWater) / (1 - dispatchingShare)
 	return fmt.Sprintf("a dispatcher polls every worker it knows, over a connection each, and the connection manager trims beyond %d: "+
-		"from about %.0f nodes on, the polls of the trimmed peers dial again (a cold connect each; the dispatcher protects only the connections to the workers that lead its ranking), so polling all workers stops being cheap well before 1,000 nodes. "+
+		"from about %.0f nodes on, the polls of the trimmed peers dial again (a cold connect each; the dispatcher protects only the connections to the workers that lead its ranking). "+
+		"poll-budget (%d) bounds the polls, not the dials: past it a worker is polled less often, so a worker that died unseen is found by a request's attempt sooner than by a poll. "+
 		"Next, at %d nodes the peer table is full (peer-table-cap), and records of further peers are refused unless connected. "+
 		"Gossip itself grows with the records published: without chain heads a node receives a record per node per %s; "+
 		"with a chain head in every record, a 100,000-node network sends each node thousands of records a second, and the bytes (each from about D mesh peers) are what breaks there.",
-		node.ConnHighWater, conn, capPeers, config.Defaults().Node.AnnounceInterval)
+		node.ConnHighWater, conn, budget, capPeers, config.Defaults().Node.AnnounceInterval)
 }
 
 func mapSizes(f func(int) string) []string {

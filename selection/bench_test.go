@@ -78,3 +78,40 @@ func BenchmarkRankRefresh(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkPlanFirstPickFewRated is BenchmarkPlanFirstPick in a network
+// where a dispatcher has rated only a few of the peers (a large network:
+// most peers have too few outcomes here to be judged), so that most first
+// picks, with the exploration budget spent, must find a rated peer behind
+// the unrated ones that a group lists first. It must not grow with the
+// number of peers either.
+func BenchmarkPlanFirstPickFewRated(b *testing.B) {
+	for _, n := range []int{100, 1000, 10000} {
+		b.Run(fmt.Sprintf("peers=%d", n), func(b *testing.B) {
+			cfg := testConfig()
+			peers := make([]Peer, n)
+			for i := range peers {
+				peers[i] = peer(fmt.Sprintf("12D3KooW%040d", i))
+			}
+			s, _ := newSelector(b, cfg, peers...)
+			for i := range 5 { // five rated peers
+				st := s.stats[peers[i*(n/5)].ID]
+				for range 4 {
+					st.record(Success, time.Millisecond, s.clock.Now(), cfg.Rating.Window)
+				}
+			}
+			s.Refresh()
+			req := Request{WorkType: "sha256"}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				p := s.Plan(req)
+				pk, ok := p.Next()
+				if !ok {
+					b.Fatal("nothing offered")
+				}
+				p.Report(pk, Cancelled, 0)
+			}
+		})
+	}
+}

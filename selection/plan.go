@@ -307,8 +307,17 @@ func (p *Plan) pickInGroup(g *group, first bool) *entry {
 	}
 	budgeted := first && p.mode == config.ModeRating && g.rated > 0 && !p.s.explore.allows()
 	start := 0
-	if p.mode != config.ModeRating {
+	switch {
+	case p.mode != config.ModeRating:
 		start = int(p.rot % uint64(n))
+	case budgeted:
+		// A group's unrated members come first (buildView). With the
+		// exploration budget spent they are only the fallback of a pick
+		// that finds no rated member, so the rated ones, at the end, are
+		// looked at first: in a large network most members are unrated
+		// at any one dispatcher, and walking past them all on every pick
+		// grew the pick with the network.
+		start = n - g.rated
 	}
 	var deferred, full *entry
 	var deferredLoad, fullFill float64

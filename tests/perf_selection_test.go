@@ -105,11 +105,16 @@ func firstPick(b *testing.B, s *selection.Selector, req selection.Request) {
 // BenchmarkPlanFirstPick in selection/ measures the same thing one size
 // after another. ratio is the median of the per-round ratios of 10,000 to
 // 100 peers (ratio-1000 of 1,000 to 100). Goal: flat, at most 1.5.
-func BenchmarkPerfSelectionFirstPick(b *testing.B) {
+func BenchmarkPerfSelectionFirstPick(b *testing.B) { benchFirstPick(b, perfSelector) }
+
+// benchFirstPick times first picks of the selectors newSelector makes for
+// 100, 1,000 and 10,000 peers, interleaved (see
+// BenchmarkPerfSelectionFirstPick).
+func benchFirstPick(b *testing.B, newSelector func(*testing.B, int) *selection.Selector) {
 	sizes := []int{100, 1000, 10000}
 	sels := make([]*selection.Selector, len(sizes))
 	for i, n := range sizes {
-		sels[i] = perfSelector(b, n)
+		sels[i] = newSelector(b, n)
 	}
 	const rounds, batch = 21, 50000
 	req := selection.Request{WorkType: "sha256"}
@@ -137,4 +142,52 @@ func BenchmarkPerfSelectionFirstPick(b *testing.B) {
 	b.ReportMetric(median(r1000), "ratio-1000")
 	b.Logf("first pick, median of %d rounds of %d: 100 peers %.0f ns, 1,000 %.0f ns, 10,000 %.0f ns; ratios to 100: %.2f, %.2f",
 		rounds, batch, median(nsop[0]), median(nsop[1]), median(nsop[2]), median(r1000), median(r10000))
+}
+
+// fewRatedSelector returns a selector of n peers of which only five are
+// rated, as at a dispatcher of a large network, with the shipped
+// exploration budget (explore-share).
+func fewRatedSelector(b *testing.B, n int) *selection.Selector {
+	b.Helper()
+	cfg := config.Defaults()
+	s, err := selection.New(cfg, selection.WithSeed(1))
+	if err != nil {
+		b.Fatal(err)
+	}
+	peers := make([]selection.Peer, n)
+	for i := range peers {
+		peers[i] = selection.Peer{ID: fmt.Sprintf("12D3KooW%040d", i), Types: []selection.TypeInfo{{Name: "sha256"}}}
+		if i%(n/5) == 0 {
+			peers[i].Labels = []string{"rated"} // how the five are reached to be rated
+		}
+	}
+	s.SetPeers(peers)
+	req := selection.Request{WorkType: "sha256", Labels: []string{"rated"}}
+	for range 40 * (cfg.Rating.MinSamples + 1) {
+		p := s.Plan(req)
+		pk, ok := p.Next()
+		if !ok {
+			b.Fatal("nothing offered")
+		}
+		p.Report(pk, selection.Success, time.Millisecond)
+		s.Refresh()
+	}
+	rated := 0
+	for _, r := range s.Ranking("sha256") {
+		if r.Rated {
+			rated++
+		}
+	}
+	if rated != 5 {
+		b.Fatalf("%d peers rated, want 5", rated)
+	}
+	return s
+}
+
+// BenchmarkPerfSelectionFirstPickFewRated is BenchmarkPerfSelectionFirstPick
+// where only five of the peers are rated: with the exploration budget
+// spent, most first picks must find a rated peer behind the unrated ones.
+// Goal: flat, at most 1.5 (10,000 against 100 peers).
+func BenchmarkPerfSelectionFirstPickFewRated(b *testing.B) {
+	benchFirstPick(b, fewRatedSelector)
 }

@@ -137,6 +137,13 @@ var figures = []figure{
 		unit:     "ns", goal: "<= 1.5", met: ratioAtMost(1.5),
 	},
 	{
+		name:     "selection first pick, 5 peers rated, 10,000 vs 100 peers",
+		workmesh: source{"BenchmarkPerfSelectionFirstPickFewRated", "workmesh-ns/op"},
+		baseline: source{"BenchmarkPerfSelectionFirstPickFewRated", "baseline-ns/op"},
+		ratio:    source{"BenchmarkPerfSelectionFirstPickFewRated", "ratio"},
+		unit:     "ns", goal: "<= 1.5", met: ratioAtMost(1.5),
+	},
+	{
 		name:     "resident memory, node tracking 1,000 peers vs none",
 		workmesh: source{"BenchmarkPerfMemoryThousandPeers", "workmesh-MiB"},
 		baseline: source{"BenchmarkPerfMemoryThousandPeers", "baseline-MiB"},

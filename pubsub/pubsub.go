@@ -272,9 +272,10 @@ func New(ctx context.Context, h host.Host, network string, verify Verifier, deli
 		// reaches the verifier, which rejects what is beyond the rate
 		// itself, and that is what sinks the peer's score.
 		lpubsub.WithAppSpecificRpcInspector(inspectors(NewPeerBuckets(2*o.peerRate, 2*o.peerBurst).inspect(&a.shed), a.waiting.inspect(name))),
-		// Only the network's topic is tracked, and a peer that subscribes
-		// to it gets its send queue at once (earlyQueues).
-		lpubsub.WithSubscriptionFilter(earlyQueues{a: a, topic: name}),
+		// Only the topics this node joined (the network's) are tracked,
+		// and a peer that subscribes to one gets its send queue at once
+		// (earlyQueues).
+		lpubsub.WithSubscriptionFilter(newEarlyQueues(a)),
 	}, o.gossipOpts...)...)
 	ps, err := lpubsub.NewGossipSub(ctx, h, gopts...)
 	if err != nil {
@@ -334,9 +335,10 @@ func New(ctx context.Context, h host.Host, network string, verify Verifier, deli
 // gets its send queue when its identify completes, as without earlyQueues.
 const earlyQueue = 256
 
-// earlyQueues is the topic's subscription filter. It keeps the
-// subscriptions to the network's topic only (a peer cannot make gossipsub
-// track topics nobody here uses), and it closes a gap of gossipsub's: a
+// earlyQueues is the subscription filter. It keeps peers' subscriptions
+// to the topics this node joined only (the network's: a peer cannot make
+// gossipsub track topics nobody here uses), and it closes a gap of
+// gossipsub's: a
 // peer's subscription arrives on the peer's own stream, as soon as the
 // peer has identified this node, while this node makes its send queue to
 // the peer only once it has identified the peer in turn. In between,
@@ -350,11 +352,20 @@ const earlyQueue = 256
 // opened its stream with (earlyLoop): gossipsub makes the queue then, and
 // messages wait in it until the stream is open instead of being dropped.
 type earlyQueues struct {
-	a     *Announcer
-	topic string
+	a *Announcer
+	// joined holds the topics this node joined (CanSubscribe is asked
+	// when it joins one); gossipsub's event loop reads it.
+	joined *sync.Map
 }
 
-func (f earlyQueues) CanSubscribe(topic string) bool { return topic == f.topic }
+func newEarlyQueues(a *Announcer) earlyQueues { return earlyQueues{a: a, joined: new(sync.Map)} }
+
+// CanSubscribe lets this node join any topic, and notes it: peers'
+// subscriptions to it are kept from then on.
+func (f earlyQueues) CanSubscribe(topic string) bool {
+	f.joined.Store(topic, true)
+	return true
+}
 
 // FilterIncomingSubscriptions runs on gossipsub's event loop: it never
 // blocks.
@@ -362,7 +373,7 @@ func (f earlyQueues) FilterIncomingSubscriptions(from peer.ID, subs []*pb.RPC_Su
 	kept := subs[:0:0]
 	subscribes := false
 	for _, s := range subs {
-		if s.GetTopicid() != f.topic {
+		if _, ok := f.joined.Load(s.GetTopicid()); !ok {
 			continue
 		}
 		kept = append(kept, s)

@@ -50,13 +50,14 @@ func newGossip(h host.Host, table *PeerTable, guard *dialGuard, network string, 
 
 // Start joins the NodeData topic; onPeerJoin runs when a peer joins it.
 // The announcer runs until Close or until ctx ends.
-func (g *gossip) Start(ctx context.Context, onPeerJoin func(peer.ID), opts []lpubsub.Option) error {
+func (g *gossip) Start(ctx context.Context, onPeerJoin func(peer.ID), opts []lpubsub.Option, topics []string) error {
 	// Records are entered by the verifier itself, the moment they are
 	// known good, rather than after gossipsub's delivery queue.
 	ann, err := pubsub.New(ctx, g.host, g.network, g.verify, nil,
 		pubsub.WithLogger(g.log),
 		pubsub.WithPeerJoin(onPeerJoin),
-		pubsub.WithGossipSubOptions(opts...))
+		pubsub.WithGossipSubOptions(opts...),
+		pubsub.WithTopics(topics...))
 	if err != nil {
 		return err
 	}

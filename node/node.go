@@ -188,7 +188,7 @@ func New(ctx context.Context, cfg config.NodeConfig, opts ...Option) (*Node, err
 	if err := n.members.Start(ctx); err != nil {
 		return fail(err)
 	}
-	if err := n.gossip.Start(ctx, n.members.onPeerJoin, o.gossipOpts); err != nil {
+	if err := n.gossip.Start(ctx, n.members.onPeerJoin, o.gossipOpts, o.gossipTopics); err != nil {
 		return fail(err)
 	}
 	n.parts = append(n.parts, n.gossip)

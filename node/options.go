@@ -32,6 +32,8 @@ type options struct {
 	key        crypto.PrivKey
 	handlers   []apiHandler
 	gossipOpts []lpubsub.Option
+	// gossipTopics are WithGossipTopics'.
+	gossipTopics []string
 	// healthCheck, when set, judges each health ping; see WithHealthCheck.
 	healthCheck func(from peer.ID) error
 	// apiToken is the bearer token the local API requires; empty means none.
@@ -187,6 +189,16 @@ func WithHost(h host.Host) Option {
 func WithGossipSubOptions(opts ...lpubsub.Option) Option {
 	return func(o *options) error {
 		o.gossipOpts = append(o.gossipOpts, opts...)
+		return nil
+	}
+}
+
+// WithGossipTopics names topics besides the network's that the node's
+// gossipsub may join (Gossip().PubSub()): an embedder's own topics. Peers'
+// subscriptions to any other topic are not tracked, and joining one fails.
+func WithGossipTopics(names ...string) Option {
+	return func(o *options) error {
+		o.gossipTopics = append(o.gossipTopics, names...)
 		return nil
 	}
 }

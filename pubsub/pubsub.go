@@ -81,6 +81,7 @@ type options struct {
 	log        *logrus.Logger
 	onPeerJoin func(peer.ID)
 	gossipOpts []lpubsub.Option
+	topics     []string
 	peerRate   rate.Limit
 	peerBurst  int
 }
@@ -137,6 +138,17 @@ func WithPeerJoin(f func(peer.ID)) Option {
 func WithGossipSubOptions(opts ...lpubsub.Option) Option {
 	return func(o *options) error {
 		o.gossipOpts = append(o.gossipOpts, opts...)
+		return nil
+	}
+}
+
+// WithTopics names topics besides the network's that this node may join
+// on the same gossipsub (an embedder's own, or a benchmark's baseline):
+// peers' subscriptions to them are tracked as to the network's, and a join
+// of any other topic is refused (see earlyQueues).
+func WithTopics(names ...string) Option {
+	return func(o *options) error {
+		o.topics = append(o.topics, names...)
 		return nil
 	}
 }
@@ -272,10 +284,10 @@ func New(ctx context.Context, h host.Host, network string, verify Verifier, deli
 		// reaches the verifier, which rejects what is beyond the rate
 		// itself, and that is what sinks the peer's score.
 		lpubsub.WithAppSpecificRpcInspector(inspectors(NewPeerBuckets(2*o.peerRate, 2*o.peerBurst).inspect(&a.shed), a.waiting.inspect(name))),
-		// Only the topics this node joined (the network's) are tracked,
-		// and a peer that subscribes to one gets its send queue at once
+		// Only the network's topic (and WithTopics') are tracked, and a
+		// peer that subscribes to one gets its send queue at once
 		// (earlyQueues).
-		lpubsub.WithSubscriptionFilter(newEarlyQueues(a)),
+		lpubsub.WithSubscriptionFilter(newEarlyQueues(a, append([]string{name}, o.topics...))),
 	}, o.gossipOpts...)...)
 	ps, err := lpubsub.NewGossipSub(ctx, h, gopts...)
 	if err != nil {
@@ -336,9 +348,10 @@ func New(ctx context.Context, h host.Host, network string, verify Verifier, deli
 const earlyQueue = 256
 
 // earlyQueues is the subscription filter. It keeps peers' subscriptions
-// to the topics this node joined only (the network's: a peer cannot make
-// gossipsub track topics nobody here uses), and it closes a gap of
-// gossipsub's: a
+// to the network's topic only (and to those of WithTopics: a peer cannot
+// make gossipsub track topics nobody here uses; they are known before the
+// first peer's subscriptions come, which name every topic the peer is in
+// once, on connecting), and it closes a gap of gossipsub's: a
 // peer's subscription arrives on the peer's own stream, as soon as the
 // peer has identified this node, while this node makes its send queue to
 // the peer only once it has identified the peer in turn. In between,
@@ -352,20 +365,19 @@ const earlyQueue = 256
 // opened its stream with (earlyLoop): gossipsub makes the queue then, and
 // messages wait in it until the stream is open instead of being dropped.
 type earlyQueues struct {
-	a *Announcer
-	// joined holds the topics this node joined (CanSubscribe is asked
-	// when it joins one); gossipsub's event loop reads it.
-	joined *sync.Map
+	a      *Announcer
+	topics map[string]bool // read only
 }
 
-func newEarlyQueues(a *Announcer) earlyQueues { return earlyQueues{a: a, joined: new(sync.Map)} }
-
-// CanSubscribe lets this node join any topic, and notes it: peers'
-// subscriptions to it are kept from then on.
-func (f earlyQueues) CanSubscribe(topic string) bool {
-	f.joined.Store(topic, true)
-	return true
+func newEarlyQueues(a *Announcer, topics []string) earlyQueues {
+	f := earlyQueues{a: a, topics: make(map[string]bool, len(topics))}
+	for _, t := range topics {
+		f.topics[t] = true
+	}
+	return f
 }
+
+func (f earlyQueues) CanSubscribe(topic string) bool { return f.topics[topic] }
 
 // FilterIncomingSubscriptions runs on gossipsub's event loop: it never
 // blocks.
@@ -373,7 +385,7 @@ func (f earlyQueues) FilterIncomingSubscriptions(from peer.ID, subs []*pb.RPC_Su
 	kept := subs[:0:0]
 	subscribes := false
 	for _, s := range subs {
-		if _, ok := f.joined.Load(s.GetTopicid()); !ok {
+		if !f.topics[s.GetTopicid()] {
 			continue
 		}
 		kept = append(kept, s)

@@ -20,6 +20,9 @@ import (
 // NodeData path is compared with.
 const rawTopic = "workmesh/bench/raw/1"
 
+// rawTopicOption lets a node's gossipsub join rawTopic beside the network's.
+var rawTopicOption = node.WithGossipTopics(rawTopic)
+
 // rawMember receives the raw topic on one node and reports arrival times.
 type rawMember struct {
 	topic *lpubsub.Topic
@@ -158,10 +161,10 @@ func BenchmarkNetworkJoinVsRawGossip(b *testing.B) {
 	const others = 19
 	nodes := make([]*node.Node, others)
 	spec := nodeSpec{workTypes: []string{"echo"}}
-	nodes[0] = startNode(b, testNodeConfig(b, spec, nil))
+	nodes[0] = startNode(b, testNodeConfig(b, spec, nil), rawTopicOption)
 	boot := addrStrings(nodes[0])
 	for i := 1; i < others; i++ {
-		nodes[i] = startNode(b, testNodeConfig(b, spec, boot))
+		nodes[i] = startNode(b, testNodeConfig(b, spec, boot), rawTopicOption)
 	}
 	tables := make([]*node.PeerTable, others)
 	members := make([]*rawMember, others)
@@ -211,7 +214,7 @@ func BenchmarkNetworkJoinVsRawGossip(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		cfg := testNodeConfig(b, spec, boot)
 		start := time.Now()
-		n, err := node.New(ctx, cfg, node.WithLogger(testLogger()))
+		n, err := node.New(ctx, cfg, node.WithLogger(testLogger()), rawTopicOption)
 		if err != nil {
 			b.Fatal(err)
 		}

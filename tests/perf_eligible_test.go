@@ -68,9 +68,9 @@ func BenchmarkPerfEligibleVsRawGossip(b *testing.B) {
 	const others, iterations = 19, 40
 	hits := newHitCounter()
 	gws := make([]*member, others)
-	gws[0] = startMember(b, hits, memberSpec{name: "m0", cfg: productionSettings}, nil)
+	gws[0] = startMember(b, hits, memberSpec{name: "m0", cfg: productionSettings, opts: []node.Option{rawTopicOption}}, nil)
 	for i := 1; i < others; i++ {
-		gws[i] = startMember(b, hits, memberSpec{name: fmt.Sprintf("m%d", i), cfg: productionSettings}, gws[0])
+		gws[i] = startMember(b, hits, memberSpec{name: fmt.Sprintf("m%d", i), cfg: productionSettings, opts: []node.Option{rawTopicOption}}, gws[0])
 	}
 	tables := make([]*node.PeerTable, others)
 	members := make([]*rawMember, others)
@@ -98,7 +98,7 @@ func BenchmarkPerfEligibleVsRawGossip(b *testing.B) {
 		for i := range iterations {
 			cfg := testNodeConfig(b, spec, boot)
 			start := time.Now()
-			n, err := node.New(ctx, cfg, node.WithLogger(testLogger()))
+			n, err := node.New(ctx, cfg, node.WithLogger(testLogger()), rawTopicOption)
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -362,7 +362,7 @@ var figures = []figure{
 
 	{name: "scaling: workers ranked alive at every dispatcher 15s after the start, %d nodes (mocknet)", perSize: "alive-15s-%", unit: "%", goal: "(reported; goal 100)"},
 	{name: "scaling: seconds until every dispatcher ranked every worker alive, %d nodes (mocknet)", perSize: "alive-all-s", unit: "s", goal: "(reported)"},
-	{name: "scaling: gossip messages dropped for full queues, whole run, %d nodes (mocknet)", perSize: "dropped-total", unit: "messages", goal: "(reported; goal 0)"},
+	{name: "scaling: gossip messages dropped, whole run (full queues, and peers without a stream yet), %d nodes (mocknet)", perSize: "dropped-total", unit: "messages", goal: "(reported; goal 0)"},
 	{name: "scaling: idle CPU per node, %d nodes (mocknet)", perSize: "idle-millicores/node", unit: "millicores", goal: "(reported)"},
 	{name: "scaling: idle CPU per node, %d vs %d nodes (mocknet)", scale: "idle-millicores/node", unit: "millicores", goal: "<= 1.2", met: ratioAtMost(1.2)},
 	{name: "scaling: requests/s per the smaller network's, %d vs %d nodes, 20 dispatching (mocknet)", scale: "req/s", unit: "req/s", goal: ">= 0.8", met: ratioAtLeast(0.8)},

@@ -58,18 +58,23 @@ func mustEcho(t testing.TB, c *Client, to peer.ID, payload string) {
 	}
 }
 
+// transports are the two ways a pair of hosts is connected in these tests:
+// QUIC on loopback, whose streams have deadlines and flow control, and
+// go-libp2p's mock network, whose streams have neither.
+var transports = []struct {
+	name  string
+	hosts func(t *testing.T) (host.Host, host.Host)
+}{
+	{"quic", func(t *testing.T) (host.Host, host.Host) {
+		a, b := workertest.NewHost(t), workertest.NewHost(t)
+		workertest.Connect(t, a, b)
+		return a, b
+	}},
+	{"mocknet", func(t *testing.T) (host.Host, host.Host) { return workertest.MockPair(t) }},
+}
+
 func TestStreams_ReusedAcrossSequentialCalls(t *testing.T) {
-	for _, tc := range []struct {
-		name  string
-		hosts func(t *testing.T) (host.Host, host.Host)
-	}{
-		{"quic", func(t *testing.T) (host.Host, host.Host) {
-			a, b := workertest.NewHost(t), workertest.NewHost(t)
-			workertest.Connect(t, a, b)
-			return a, b
-		}},
-		{"mocknet", func(t *testing.T) (host.Host, host.Host) { return workertest.MockPair(t) }},
-	} {
+	for _, tc := range transports {
 		t.Run(tc.name, func(t *testing.T) {
 			a, b := tc.hosts(t)
 			p := newPairOn(t, a, b, nil, WithGracePeriod(time.Millisecond))
@@ -645,17 +650,7 @@ func (c *Client) watchedIdle(p peer.ID) bool {
 // that takes the stream takes that read over as the first byte of its
 // response, on both transports, again and again.
 func TestStreams_WatchedIdleStreamIsTakenOver(t *testing.T) {
-	for _, tc := range []struct {
-		name  string
-		hosts func(t *testing.T) (host.Host, host.Host)
-	}{
-		{"quic", func(t *testing.T) (host.Host, host.Host) {
-			a, b := workertest.NewHost(t), workertest.NewHost(t)
-			workertest.Connect(t, a, b)
-			return a, b
-		}},
-		{"mocknet", func(t *testing.T) (host.Host, host.Host) { return workertest.MockPair(t) }},
-	} {
+	for _, tc := range transports {
 		t.Run(tc.name, func(t *testing.T) {
 			a, b := tc.hosts(t)
 			p := newPairOn(t, a, b, nil)

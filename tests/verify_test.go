@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/workmesh/workmesh/config"
+	"github.com/workmesh/workmesh/selection"
 	"github.com/workmesh/workmesh/tests/testkit"
 	"github.com/workmesh/workmesh/workers"
 	"github.com/workmesh/workmesh/workers/dispatch"
@@ -368,10 +369,15 @@ func TestVerifyDisputedByDefault(t *testing.T) {
 	// y and z now agree against x.
 	z.stop()
 	z2 := startMember(t, hits, memberSpec{name: "z2", handlers: answer("y")}, gw)
-	waitRanked(t, gw, "sha256", 3)
-	testkit.WaitFor(t, 10*time.Second, "the stopped worker gone from the ranking", func() error {
-		if r := gw.disp.Selector().Ranking("sha256"); len(r) != 3 {
-			return fmt.Errorf("%d ranked", len(r))
+	// The stopped worker's record stays (record-ttl); what takes it out of
+	// the choice is its failed polls.
+	testkit.WaitFor(t, 10*time.Second, "the stopped worker out of the choice and its successor in", func() error {
+		live := gw.disp.Selector().Liveness()
+		if st := live.State(string(z.node.ID())); st == selection.StateAlive {
+			return fmt.Errorf("the stopped worker is %s", st)
+		}
+		if st := live.State(string(z2.node.ID())); st != selection.StateAlive {
+			return fmt.Errorf("its successor is %s", st)
 		}
 		return nil
 	})

@@ -32,7 +32,6 @@ import (
 	"github.com/libp2p/go-libp2p/p2p/protocol/autonatv2"
 	"github.com/libp2p/go-libp2p/p2p/protocol/circuitv2/client"
 	relayv2 "github.com/libp2p/go-libp2p/p2p/protocol/circuitv2/relay"
-	"github.com/libp2p/go-libp2p/p2p/protocol/holepunch"
 	"github.com/libp2p/go-libp2p/p2p/security/noise"
 	tls "github.com/libp2p/go-libp2p/p2p/security/tls"
 	quic "github.com/libp2p/go-libp2p/p2p/transport/quic"
@@ -243,8 +242,7 @@ func newNodeHost(key crypto.PrivKey, netName, version string, listen []ma.Multia
 		}
 		opts.EnableRelayService = nat.relayService
 		opts.RelayServiceOpts = []relayv2.Option{relayv2.WithResources(relayResources(nat.relayLimit))}
-		opts.EnableHolePunching = nat.holePunching
-		opts.HolePunchingOptions = []holepunch.Option{holepunch.WithTracer(st)}
+		// Hole punching is the punch retrier's (newPunchRetrier).
 	}
 	bh, err := bhost.NewHost(sw, opts)
 	if err != nil {
@@ -268,6 +266,18 @@ func newNodeHost(key crypto.PrivKey, netName, version string, listen []ma.Multia
 		return nil, err
 	}
 	h.before = append(h.before, st.Close)
+	if nat.services && nat.holePunching {
+		own := bh.AllAddrs
+		if f := nat.addrsFactory(); f != nil {
+			own = func() []ma.Multiaddr { return f(bh.AllAddrs()) }
+		}
+		punch, err := newPunchRetrier(bh, bh.IDService(), publicAddrs(own, observed.Addrs), st)
+		if err != nil {
+			return nil, fmt.Errorf("libp2p host: hole punching: %w", err)
+		}
+		h.before = append(h.before, punch.Close)
+		punch.start()
+	}
 	bh.Start()
 	if !nat.services {
 		return h, nil

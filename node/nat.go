@@ -253,6 +253,8 @@ type natState struct {
 	reach        atomic.Int32 // network.Reachability
 	hpTried      atomic.Uint64
 	hpSucceeded  atomic.Uint64
+	hpFailed     atomic.Uint64
+	hpRetries    atomic.Uint64
 	dialsSkipped atomic.Uint64
 	relayedWork  atomic.Uint64
 	hpLastError  atomic.Pointer[string]
@@ -278,9 +280,15 @@ func (s *natState) Trace(evt *holepunch.Event) {
 	case *holepunch.EndHolePunchEvt:
 		if e.Success {
 			s.hpSucceeded.Add(1)
-		} else if e.Error != "" {
+		} else {
+			s.hpFailed.Add(1)
 			s.hpLastError.Store(&e.Error)
 		}
+	case *holepunch.ProtocolErrorEvt:
+		// The punch did not start: the peer's service did not answer
+		// (it knows no public address of its own yet) or broke off.
+		msg := "hole punch protocol: " + e.Error
+		s.hpLastError.Store(&msg)
 	}
 }
 

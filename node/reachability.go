@@ -60,6 +60,8 @@ func (n *Node) NATStats() apiv1.NATStats {
 	s := apiv1.NATStats{
 		HolePunchesTried:     st.hpTried.Load(),
 		HolePunchesSucceeded: st.hpSucceeded.Load(),
+		HolePunchesFailed:    st.hpFailed.Load(),
+		HolePunchRetries:     st.hpRetries.Load(),
 		RelayReservations:    relayReservations(n.host),
 		DialsSkipped:         st.dialsSkipped.Load(),
 		RelayedWork:          st.relayedWork.Load(),
@@ -81,7 +83,9 @@ func (n *Node) SetNATStatus(v *apiv1.StatusView) {
 
 var (
 	descHolePunches = prometheus.NewDesc("workmesh_hole_punches_total",
-		"Hole punches (DCUtR) this node took part in, by result: tried, succeeded.", []string{"result"}, nil)
+		"Hole punch attempts (DCUtR) this node made, by result: tried (started), succeeded, failed.", []string{"result"}, nil)
+	descHolePunchRetries = prometheus.NewDesc("workmesh_hole_punch_retries_total",
+		"Hole punches this node asked for again, to peers it stayed connected to only through a relay.", nil, nil)
 	descRelayReservations = prometheus.NewDesc("workmesh_relay_reservations",
 		"Relays this node holds a slot on now.", nil, nil)
 	descReachability = prometheus.NewDesc("workmesh_reachability",
@@ -97,6 +101,8 @@ func (n *Node) collectNAT(ch chan<- prometheus.Metric) {
 	s := n.NATStats()
 	ch <- prometheus.MustNewConstMetric(descHolePunches, prometheus.CounterValue, float64(s.HolePunchesTried), "tried")
 	ch <- prometheus.MustNewConstMetric(descHolePunches, prometheus.CounterValue, float64(s.HolePunchesSucceeded), "succeeded")
+	ch <- prometheus.MustNewConstMetric(descHolePunches, prometheus.CounterValue, float64(s.HolePunchesFailed), "failed")
+	ch <- prometheus.MustNewConstMetric(descHolePunchRetries, prometheus.CounterValue, float64(s.HolePunchRetries))
 	ch <- prometheus.MustNewConstMetric(descRelayReservations, prometheus.GaugeValue, float64(s.RelayReservations))
 	ch <- prometheus.MustNewConstMetric(descDialsSkipped, prometheus.CounterValue, float64(s.DialsSkipped))
 	ch <- prometheus.MustNewConstMetric(descRelayedWork, prometheus.CounterValue, float64(s.RelayedWork))

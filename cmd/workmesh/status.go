@@ -52,8 +52,9 @@ func printStatus(w io.Writer, api string, v apiv1.StatusView) {
 	if v.Reachability != "" {
 		line := fmt.Sprintf("reachable:  %s", v.Reachability)
 		if v.NAT != nil {
-			line += fmt.Sprintf("; %d relay slots, hole punches %d of %d, %d work over relays",
-				v.NAT.RelayReservations, v.NAT.HolePunchesSucceeded, v.NAT.HolePunchesTried, v.NAT.RelayedWork)
+			line += fmt.Sprintf("; %d relay slots, hole punches %d of %d (%d failed, %d retries), %d work over relays",
+				v.NAT.RelayReservations, v.NAT.HolePunchesSucceeded, v.NAT.HolePunchesTried, v.NAT.HolePunchesFailed,
+				v.NAT.HolePunchRetries, v.NAT.RelayedWork)
 		}
 		fmt.Fprintln(w, line)
 		fmt.Fprintf(w, "advertised: %s\n", dash(strings.Join(v.AdvertisedAddrs, " ")))

@@ -547,9 +547,15 @@ func Millis(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // NATStats counts what a node did to be reached from behind NAT.
 type NATStats struct {
-	// HolePunchesTried and HolePunchesSucceeded count hole punches (DCUtR).
+	// HolePunchesTried, HolePunchesSucceeded and HolePunchesFailed count
+	// hole punch attempts (DCUtR): tried when one starts, succeeded or
+	// failed when it ends.
 	HolePunchesTried     uint64 `json:"hole_punches_tried"`
 	HolePunchesSucceeded uint64 `json:"hole_punches_succeeded"`
+	HolePunchesFailed    uint64 `json:"hole_punches_failed"`
+	// HolePunchRetries counts punches this node asked for again, to peers
+	// it stayed connected to only through a relay.
+	HolePunchRetries uint64 `json:"hole_punch_retries"`
 	// RelayReservations is the relays this node holds a slot on now.
 	RelayReservations int `json:"relay_reservations"`
 	// DialsSkipped counts dials to addresses this node cannot reach (a

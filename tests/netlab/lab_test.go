@@ -308,6 +308,26 @@ func (l *lab) site(role string, n int, kind natKind) string {
 func (l *lab) cut(role string)  { l.run("ip", "-n", l.ns("inet"), "link", "set", uplink(role), "down") }
 func (l *lab) heal(role string) { l.run("ip", "-n", l.ns("inet"), "link", "set", uplink(role), "up") }
 
+// block makes role's router drop every packet it forwards to or from the
+// internet address addr (a table of its own); unblock removes the table.
+// The relay, elsewhere on the internet, is not touched.
+func (l *lab) block(router, addr string) {
+	l.t.Helper()
+	l.nft(router, `table ip wmblock {
+	chain forward_drop {
+		type filter hook forward priority filter - 10; policy accept;
+		ip daddr `+addr+` drop
+		ip saddr `+addr+` drop
+	}
+}
+`)
+}
+
+func (l *lab) unblock(router string) {
+	l.t.Helper()
+	l.run("ip", "netns", "exec", l.ns(router), "nft", "delete", "table", "ip", "wmblock")
+}
+
 // counter reads a named nft counter's packets in role's namespace.
 func (l *lab) counter(role, name string) int {
 	l.t.Helper()

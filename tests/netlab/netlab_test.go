@@ -174,6 +174,56 @@ func TestNetlab_HolePunchBetweenSites(t *testing.T) {
 	t.Logf("hole punch: %d of %d runs direct, median time to direct %.1fs", len(took), n, took[len(took)/2].Seconds())
 }
 
+// TestNetlab_HolePunchRetriedOnceThePathOpens: two nodes behind cone NATs
+// meet through a relay while every direct packet between their sites is
+// dropped, so the hole punches made when the relayed connections arrive
+// fail and the two stay relayed. The worker punches again later (its
+// first retry 20s after it saw the peer relayed); the path opens once
+// that retry has started, long after the first punches ended, and the
+// retries make the two direct without either restarting or the relayed
+// connection closing.
+func TestNetlab_HolePunchRetriedOnceThePathOpens(t *testing.T) {
+	l := newLab(t)
+	l.publicHost("pa", 10)
+	l.site("sa", 1, natCone)
+	l.site("sb", 2, natCone)
+	// Site A's router drops what goes to or comes from site B's router
+	// (198.51.100.22).
+	l.block("rsa", "198.51.100.22")
+	pub := l.start("pa", "--work-types", "echo", "--reachability", "public")
+	boot := pub.bootstrap()
+	gw := l.start("sa", append(slices.Clone(boot), "--work-types", "echo")...)
+	worker := l.start("sb", append(slices.Clone(boot), "--work-types", "sha256")...)
+	id := worker.id()
+	lists(l, gw, id, "sha256", 30*time.Second)
+	holdsRelayAddr(l, gw, id, 30*time.Second)
+	servedBy(t, gw, worker, id, 20*time.Second)
+	l.waitFor(60*time.Second, "the worker's punches failed and it retried", func() error {
+		st, err := worker.status()
+		if err == nil && (st.NAT.HolePunchesFailed < 3 || st.NAT.HolePunchRetries == 0) {
+			err = fmt.Errorf("nat %+v", *st.NAT)
+		}
+		return err
+	})
+	if c, err := connection(gw, id); err != nil || c != "relayed" {
+		t.Fatalf("gateway's connection to the worker while the path is blocked: %q, %v; want relayed", c, err)
+	}
+	st, _ := worker.status()
+	t.Logf("blocked: worker's nat %+v", *st.NAT)
+	l.unblock("rsa")
+	opened := time.Now()
+	l.waitFor(60*time.Second, "the gateway is directly connected to the worker", func() error {
+		c, err := connection(gw, id)
+		if err == nil && c != "direct" {
+			err = fmt.Errorf("connection %q", c)
+		}
+		return err
+	})
+	st, _ = worker.status()
+	t.Logf("direct %.1fs after the path opened; worker's nat %+v", time.Since(opened).Seconds(), *st.NAT)
+	servedBy(t, gw, worker, id, 20*time.Second)
+}
+
 // TestNetlab_NoDialsToPrivateAddrs (scenario 4): the records of nodes
 // behind NAT carry their private addresses (what they listen on), yet no
 // public node ever sends a packet to another site's private range: the

@@ -102,3 +102,21 @@ func inboundProtocol(h host.Host, p peer.ID, want []protocol.ID) (protocol.ID, b
 	}
 	return "", false
 }
+
+// queuelessFeatures is gossipsub's feature test, except for a peer
+// gossipsub counts in a topic but has no send queue for yet, whose
+// protocol it does not know (""): the default test takes such a peer for
+// a floodsub peer, and gossipsub forwards it every message it relays, each
+// then dropped for want of a queue ("no send queue", see DroppedNoStream).
+// Here it is a mesh peer, one outside this node's mesh until it has a
+// queue, which is sent nothing but this node's own publications (flood
+// publishing): what a gossipsub peer outside the mesh is sent. The peer
+// filter (HasStream) keeps it out of what gossipsub picks peers from
+// (grafts, fanout) until its stream is open, as the floodsub test did
+// until its queue was made.
+func queuelessFeatures(f lpubsub.GossipSubFeature, proto protocol.ID) bool {
+	if proto == "" {
+		return f == lpubsub.GossipSubFeatureMesh
+	}
+	return lpubsub.GossipSubDefaultFeatures(f, proto)
+}

@@ -82,6 +82,7 @@ type options struct {
 	topics     []string
 	peerRate   rate.Limit
 	peerBurst  int
+	noEarly    bool // tests: no early send queues (earlyQueues)
 }
 
 // Defaults of the per-peer rate limit on announcements (WithPeerRate): a
@@ -249,6 +250,9 @@ func New(ctx context.Context, h host.Host, network string, verify Verifier, deli
 		early:   make(chan peer.ID, earlyQueue),
 		waiting: newWaiting(),
 	}
+	if o.noEarly {
+		a.early = nil // FilterIncomingSubscriptions never queues a peer
+	}
 	fail := func(err error) (*Announcer, error) {
 		a.close()
 		return nil, err
@@ -286,6 +290,10 @@ func New(ctx context.Context, h host.Host, network string, verify Verifier, deli
 		// peer that subscribes to one gets its send queue at once
 		// (earlyQueues).
 		lpubsub.WithSubscriptionFilter(newEarlyQueues(a, append([]string{name}, o.topics...))),
+		// A peer gossipsub has no send queue for is not taken for a
+		// floodsub peer (queueless).
+		lpubsub.WithGossipSubProtocols(lpubsub.GossipSubDefaultProtocols, queuelessFeatures),
+		lpubsub.WithPeerFilter(func(p peer.ID, _ string) bool { return a.HasStream(p) }),
 	}, o.gossipOpts...)...)
 	ps, err := lpubsub.NewGossipSub(ctx, h, gopts...)
 	if err != nil {
@@ -482,13 +490,13 @@ func (a *Announcer) Dropped() (validation, outbound uint64) {
 // in the topic (its subscription had come) but had no queue for it (see
 // earlyQueues), or it had just gone. The rest were for a full queue.
 //
-// Most of them are messages this node forwarded: to gossipsub a peer it
-// has not added yet looks like a floodsub peer, which is sent everything,
-// while once added it is sent only what its mesh links carry, so they are
-// not deliveries the peer misses. own counts those this node published
-// itself (its record, or one it relays on a newcomer's behalf), which
-// gossipsub sends to every topic peer: those the peer gets through its
-// mesh, a sync or the greeting instead.
+// own counts those this node published itself (its record, or one it
+// relays on a newcomer's behalf), which gossipsub sends to every topic
+// peer: those the peer gets through its mesh, a sync or the greeting
+// instead. Forwards to a peer without a queue are not sent at all
+// (queuelessFeatures): gossipsub would send a gossipsub peer outside its
+// mesh none, and used to take a peer it has no queue for for a floodsub
+// peer, sent every one.
 func (a *Announcer) DroppedNoStream() (all, own uint64) {
 	return a.droppedNoStream.Load(), a.droppedOwnNoStream.Load()
 }

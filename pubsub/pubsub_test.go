@@ -320,6 +320,71 @@ func TestSendQueueBeforeIdentify(t *testing.T) {
 	}
 }
 
+// TestQueuelessPeerIsSentNoForwards: F forwards A's announcements while
+// S, subscribed to F, has no send queue at F (S does not answer identify,
+// and F makes no early queues): F does not take S for a floodsub peer and
+// forwards it nothing, so nothing is dropped; S is no mesh peer of F's.
+func TestQueuelessPeerIsSentNoForwards(t *testing.T) {
+	ctx := context.Background()
+	ha, hf, hs := newHost(t), newHost(t), newHost(t)
+	hs.RemoveStreamHandler(identify.ID)
+	a, err := New(ctx, ha, "test", acceptAll, nil, WithLogger(quiet()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	got := make(chan any, 64)
+	f, err := New(ctx, hf, "test", acceptAll, func(_ peer.ID, v any) { got <- v }, WithLogger(quiet()),
+		func(o *options) error { o.noEarly = true; return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	s, err := New(ctx, hs, "test", acceptAll, nil, WithLogger(quiet()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for _, h := range []host.Host{ha, hs} {
+		if err := h.Connect(ctx, peer.AddrInfo{ID: hf.ID(), Addrs: hf.Addrs()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// F learns of S's subscription (a topic event) though it has no
+	// queue for S: gossipsub's own list of topic peers leaves S out.
+	joined := func() bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return f.peers[hs.ID()].joined
+	}
+	testkit.WaitFor(t, 10*time.Second, "F counts S in the topic, and A and F have streams to each other", func() error {
+		if !joined() || !a.HasStream(hf.ID()) || !f.HasStream(ha.ID()) {
+			return fmt.Errorf("S joined at F %v; A has a stream to F %v, F to A %v", joined(), a.HasStream(hf.ID()), f.HasStream(ha.ID()))
+		}
+		return nil
+	})
+	if f.HasStream(hs.ID()) {
+		t.Fatal("F has a stream to S: the test proves nothing")
+	}
+	const n = 21
+	for i := range n {
+		if err := a.Publish(ctx, fmt.Appendf(nil, "good %d", i)); err != nil {
+			t.Fatal(err)
+		}
+		// The next is published once F has this one: F's event loop
+		// forwarded each before it took the next (the last is not
+		// waited for: its forward, were there one, may come after).
+		select {
+		case <-got:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("F never received announcement %d", i)
+		}
+	}
+	if all, _ := f.DroppedNoStream(); all != 0 {
+		t.Errorf("F dropped %d of %d forwards to S, which has no send queue there: want none sent", all, n)
+	}
+}
+
 // TestSubscriptionFilter: only the network's topic is tracked, and a
 // subscription to it from a peer without a stream queues the peer for an
 // early send queue.

@@ -86,6 +86,7 @@ type Ticket struct {
 	peer     bool
 	ctx      context.Context
 	cancel   context.CancelCauseFunc
+	owned    bool        // ctx is the caller's (AdmitPeerIn): release leaves it be
 	stopPool func() bool // detaches ctx from the pool's context
 	workType string
 	payload  []byte
@@ -215,7 +216,7 @@ func (p *Pool) RunInline(t *Ticket) workers.Result {
 // admitted Ticket must go through takeTurn, and execute when takeTurn
 // succeeds; between them they release it exactly once.
 func (p *Pool) Admit(ctx context.Context, workType string, payload []byte) (t *Ticket, res workers.Result, ok bool) {
-	return p.admit(ctx, workType, payload, false)
+	return p.admit(ctx, workType, payload, false, nil)
 }
 
 // AdmitPeer is Admit for a request from a peer (the work protocol
@@ -223,10 +224,21 @@ func (p *Pool) Admit(ctx context.Context, workType string, payload []byte) (t *T
 // slots and places local-reserve keeps stay free for the node's own
 // clients however many peers send work.
 func (p *Pool) AdmitPeer(ctx context.Context, workType string, payload []byte) (t *Ticket, res workers.Result, ok bool) {
-	return p.admit(ctx, workType, payload, true)
+	return p.admit(ctx, workType, payload, true, nil)
 }
 
-func (p *Pool) admit(ctx context.Context, workType string, payload []byte, fromPeer bool) (t *Ticket, res workers.Result, ok bool) {
+// AdmitPeerIn is AdmitPeer for a caller that made the request's context
+// itself: the Ticket's context is ctx, not a child of it, and its Cancel
+// calls cancel, which must cancel ctx with its cause (ctx may be a child
+// of what cancel cancels). The caller ends ctx once the request is done;
+// releasing the Ticket does not. The work protocol server passes a
+// context per request under a cancellable one of its stream's, so that a
+// request costs one context, not two.
+func (p *Pool) AdmitPeerIn(ctx context.Context, cancel context.CancelCauseFunc, workType string, payload []byte) (t *Ticket, res workers.Result, ok bool) {
+	return p.admit(ctx, workType, payload, true, cancel)
+}
+
+func (p *Pool) admit(ctx context.Context, workType string, payload []byte, fromPeer bool, own context.CancelCauseFunc) (t *Ticket, res workers.Result, ok bool) {
 	if err := ctx.Err(); err != nil {
 		return nil, workers.Fail(workers.RetryableError, "%s: not started: %v", workType, context.Cause(ctx)), false
 	}
@@ -259,8 +271,11 @@ func (p *Pool) admit(ctx context.Context, workType string, payload []byte, fromP
 	p.wg.Add(1)
 	p.mu.RUnlock()
 
-	jctx, cancel := context.WithCancelCause(ctx)
-	t = &Ticket{peer: fromPeer, ctx: jctx, cancel: cancel, workType: workType, payload: payload, stopPool: linkedAlready}
+	jctx, cancel, owned := ctx, own, own != nil
+	if !owned {
+		jctx, cancel = context.WithCancelCause(ctx)
+	}
+	t = &Ticket{peer: fromPeer, ctx: jctx, cancel: cancel, owned: owned, workType: workType, payload: payload, stopPool: linkedAlready}
 	if owner, _ := ctx.Value(poolKey{}).(*Pool); owner != p {
 		// Not a context of the pool's (Context): linked to it here, so
 		// that Close cancels it all the same.
@@ -416,7 +431,9 @@ func (p *Pool) release(t *Ticket, hadTurn bool, res workers.Result) workers.Resu
 		p.peerAdmitted.Add(-1)
 	}
 	t.stopPool()
-	t.cancel(context.Canceled)
+	if !t.owned {
+		t.cancel(context.Canceled)
+	}
 	p.admitted.Add(-1)
 	p.wg.Done()
 	return res

@@ -197,6 +197,7 @@ func (s *Server) handle(str network.Stream) {
 		c.ended.Store(true) // before Stop: a check running now does not set it again
 		c.idle.Stop()
 	}
+	c.stopGrace()
 }
 
 // serveOne serves the stream's next request; c.keep says afterwards
@@ -294,6 +295,11 @@ type wstream struct {
 	peer peer.ID
 	// ctx ends when the server closes or the stream is done with.
 	ctx context.Context
+	// reqs, a child of ctx, is the parent of the stream's requests'
+	// contexts: cancelRequests cancels the request running with a cause
+	// (its Ticket's Cancel), and requests makes a new one for the next.
+	reqs           context.Context
+	cancelRequests context.CancelCauseFunc
 	// state is streamIdle while the stream waits for a request (only
 	// then may endIdle end it), streamBusy while it carries one.
 	state atomic.Int32
@@ -314,13 +320,30 @@ type wstream struct {
 	idleTimeout time.Duration
 	idleFrom    atomic.Int64
 	ended       atomic.Bool
-	// grace is the stream's grace timer (execute); when it fires, fire
-	// sends the watchdog it starts for the request in ticket and accept
-	// on fired.
-	grace  *time.Timer
-	fired  chan *watchdog
-	ticket atomic.Pointer[pool.Ticket]
-	accept atomic.Bool
+	// grace is the stream's grace timer (arm); when the running request
+	// outlasts its grace period, until graceAt, fire sends the watchdog
+	// it starts for the request in ticket and accept on fired. gmu
+	// guards the timer's bookkeeping: timerAt is when it fires (zero when
+	// not pending), running says a request is between arm and disarm,
+	// expired that fire started its watchdog.
+	gmu     sync.Mutex
+	grace   *time.Timer
+	timerAt time.Time
+	graceAt time.Time
+	running bool
+	expired bool
+	fired   chan *watchdog
+	ticket  atomic.Pointer[pool.Ticket]
+	accept  atomic.Bool
+}
+
+// requests returns the parent of the next request's context: the stream's
+// request context, made again once a request's Ticket cancelled it.
+func (c *wstream) requests() context.Context {
+	if c.reqs == nil || c.reqs.Err() != nil {
+		c.reqs, c.cancelRequests = context.WithCancelCause(c.ctx)
+	}
+	return c.reqs
 }
 
 // Read reads the stream, starting with the byte next read.
@@ -398,12 +421,14 @@ func (s *Server) run(c *wstream, req *Request, sr *ServedRequest) {
 		budget = s.cfg.maxWorkTime
 	}
 	deadline := time.Now().Add(budget)
-	ctx, cancel := context.WithDeadline(c.ctx, deadline)
+	ctx, cancel := context.WithDeadline(c.requests(), deadline)
 	defer cancel()
 	_ = c.str.SetDeadline(deadline.Add(writeSlack))
 
-	// A peer's work takes only the peers' share (local-reserve).
-	t, res, ok := s.pool.AdmitPeer(ctx, req.Type, req.Payload)
+	// A peer's work takes only the peers' share (local-reserve). Its
+	// Ticket's Cancel cancels the stream's request context (requests),
+	// and with it this request's.
+	t, res, ok := s.pool.AdmitPeerIn(ctx, c.cancelRequests, req.Type, req.Payload)
 	if ok {
 		res = s.execute(c, req, t)
 		// The ticket's context keeps the first cause it was cancelled with.
@@ -455,7 +480,7 @@ func (s *Server) execute(c *wstream, req *Request, t *pool.Ticket) workers.Resul
 	if !intercepted {
 		res = s.pool.RunInline(t)
 	}
-	if !c.grace.Stop() {
+	if !c.disarm() {
 		// It fired: the watchdog's accept frame goes first, its read is
 		// the stream's next.
 		w := <-c.fired
@@ -465,24 +490,73 @@ func (s *Server) execute(c *wstream, req *Request, t *pool.Ticket) workers.Resul
 	return res
 }
 
-// arm starts the stream's grace timer for the request whose ticket is t.
-// The timer is the stream's, set again for each request, so work done
-// within the grace period allocates no watchdog.
+// arm starts the grace period of the request whose ticket is t. The
+// grace timer is the stream's and is not stopped when a request ends in
+// time: set while it is not pending (or pending for later than this
+// grace period ends), it checks when it fires whether a request has
+// outlasted its grace period and otherwise is set for the rest of the
+// running one's (fire). So work done within the grace period allocates
+// no watchdog, and a stream carrying request after request costs a timer
+// change about once a grace period instead of two per request.
 func (c *wstream) arm(t *pool.Ticket, accept bool, grace time.Duration) {
 	c.ticket.Store(t)
 	c.accept.Store(accept)
-	if c.grace == nil {
+	at := time.Now().Add(grace)
+	c.gmu.Lock()
+	defer c.gmu.Unlock()
+	c.graceAt, c.running = at, true
+	switch {
+	case c.grace == nil:
 		c.fired = make(chan *watchdog, 1)
 		c.grace = time.AfterFunc(grace, c.fire)
-		return
+	case c.timerAt.IsZero() || at.Before(c.timerAt):
+		c.grace.Reset(grace)
+	default:
+		return // pending, and firing before at
 	}
-	c.grace.Reset(grace)
+	c.timerAt = at
 }
 
-// fire starts the watchdog of the request whose work outlasted its grace
-// period; execute takes it from c.fired.
+// disarm ends the running request's grace period. It reports false when
+// the period ran out first: then the watchdog fire started is on c.fired.
+func (c *wstream) disarm() bool {
+	c.gmu.Lock()
+	defer c.gmu.Unlock()
+	expired := c.expired
+	c.running, c.expired = false, false
+	return !expired
+}
+
+// stopGrace stops the grace timer of a stream done with.
+func (c *wstream) stopGrace() {
+	c.gmu.Lock()
+	defer c.gmu.Unlock()
+	if c.grace != nil {
+		c.grace.Stop()
+		c.timerAt = time.Time{}
+	}
+}
+
+// fire runs when the grace timer fires. With no request running it does
+// nothing (the next arm sets the timer); with one whose grace period has
+// not run out it sets the timer for the rest; otherwise it starts the
+// request's watchdog, which execute takes from c.fired.
 func (c *wstream) fire() {
+	c.gmu.Lock()
+	c.timerAt = time.Time{}
+	if !c.running || c.expired {
+		c.gmu.Unlock()
+		return
+	}
+	if wait := time.Until(c.graceAt); wait > 0 {
+		c.grace.Reset(wait)
+		c.timerAt = c.graceAt
+		c.gmu.Unlock()
+		return
+	}
+	c.expired = true
 	w := &watchdog{str: c.str, ticket: c.ticket.Load(), accept: c.accept.Load(), wrote: make(chan struct{}), done: make(chan struct{})}
+	c.gmu.Unlock()
 	c.fired <- w
 	w.run()
 }

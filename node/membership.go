@@ -303,9 +303,18 @@ func (m *membership) reachBootstrap(ctx context.Context, ai peer.AddrInfo, dialT
 	if err == nil {
 		return nil
 	}
-	if ctx.Err() == nil && m.speaks(ctx, ai.ID) {
-		m.log.WithField("peer", ai.ID.String()).Debugf("bootstrap: %v", err)
-		return nil
+	if ctx.Err() == nil {
+		switch speaks, identified := m.speaks(ctx, ai.ID); {
+		case speaks:
+			m.log.WithField("peer", ai.ID.String()).Debugf("bootstrap: %v", err)
+			return nil
+		case !identified:
+			// Nothing says what the peer speaks: it is connected but
+			// too busy to take the record or to identify itself in
+			// time. Its connection stays (a busy member of the network
+			// is still one), and the dial is tried again.
+			return fmt.Errorf("reached, but it neither took this node's record nor identified itself within %s: %w", identifyWait, err)
+		}
 	}
 	ne := &networkError{network: m.network, other: m.otherNetwork(ai.ID), err: err}
 	if conns := m.host.Network().ConnsToPeer(ai.ID); len(conns) > 0 {
@@ -317,30 +326,36 @@ func (m *membership) reachBootstrap(ctx context.Context, ai peer.AddrInfo, dialT
 }
 
 // speaks reports whether p, once identified, serves this network's
-// nodedata protocol.
-func (m *membership) speaks(ctx context.Context, p peer.ID) bool {
-	m.waitIdentify(ctx, p)
+// nodedata protocol, and whether identify told what p speaks (when it did
+// not, in time, speaks is false but says nothing of p).
+func (m *membership) speaks(ctx context.Context, p peer.ID) (speaks, identified bool) {
+	identified = m.waitIdentify(ctx, p)
 	ok, err := m.host.Peerstore().SupportsProtocols(p, NodeDataProtocol(m.network))
-	return err == nil && len(ok) > 0
+	return err == nil && len(ok) > 0, identified
 }
 
 // waitIdentify waits, for identifyWait at most, until identify ran on a
-// connection to p, so that the peerstore knows what p speaks.
-func (m *membership) waitIdentify(ctx context.Context, p peer.ID) {
+// connection to p, so that the peerstore knows what p speaks, and reports
+// whether it did. A host without an identify service is taken as having
+// told all it will.
+func (m *membership) waitIdentify(ctx context.Context, p peer.ID) bool {
 	ids, ok := m.host.(interface{ IDService() identify.IDService })
 	if !ok {
-		return
+		return true
 	}
 	conns := m.host.Network().ConnsToPeer(p)
 	if len(conns) == 0 {
-		return
+		return true // gone: nothing to keep open
 	}
 	t := time.NewTimer(identifyWait)
 	defer t.Stop()
 	select {
 	case <-ids.IDService().IdentifyWait(conns[0]):
+		return true
 	case <-t.C:
+		return false
 	case <-ctx.Done():
+		return false
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
+	"github.com/libp2p/go-libp2p/p2p/protocol/identify"
 	"github.com/sirupsen/logrus"
 	logtest "github.com/sirupsen/logrus/hooks/test"
 
@@ -53,5 +54,43 @@ func TestBootstrapPeerNotOfThisNetwork(t *testing.T) {
 				return fmt.Errorf("logged %q", seen)
 			})
 		})
+	}
+}
+
+// TestBootstrapPeerTooBusyToIdentifyKeepsItsConnection bootstraps a node
+// from a peer that takes no record and whose identify never answers, as a
+// member of the network too loaded to answer in time would: the warning
+// says so, and the connection to it stays open (the peer is not known to
+// be of another network).
+func TestBootstrapPeerTooBusyToIdentifyKeepsItsConnection(t *testing.T) {
+	hosts := linkedMockHosts(t, 2)
+	stalled := make(chan struct{})
+	t.Cleanup(func() { close(stalled) })
+	hosts[1].SetStreamHandler(identify.ID, func(s network.Stream) {
+		<-stalled
+		s.Reset()
+	})
+	log, hook := logtest.NewNullLogger()
+	cfg := testConfig(t)
+	addrs, err := peer.AddrInfoToP2pAddrs(&peer.AddrInfo{ID: hosts[1].ID(), Addrs: hosts[1].Addrs()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Bootstrap = []string{addrs[0].String()}
+	startTestNode(t, cfg, WithHost(hosts[0]), WithLogger(log))
+	want := "bootstrap " + addrs[0].String() + ": reached, but it neither took this node's record nor identified itself within 1s"
+	testkit.WaitFor(t, 10*time.Second, "a warning: "+want, func() error {
+		var seen []string
+		for _, e := range hook.AllEntries() {
+			if e.Level == logrus.WarnLevel && strings.Contains(e.Message, want) {
+				t.Logf("%s", e.Message)
+				return nil
+			}
+			seen = append(seen, e.Message)
+		}
+		return fmt.Errorf("logged %q", seen)
+	})
+	if c := hosts[0].Network().Connectedness(hosts[1].ID()); c != network.Connected {
+		t.Fatalf("the connection to the busy bootstrap peer: %v, want it kept", c)
 	}
 }

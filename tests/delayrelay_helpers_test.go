@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -24,6 +25,9 @@ type delayRelay struct {
 
 	mu      sync.Mutex
 	clients map[string]*relayClient // by the client's address
+	// frozen drops every datagram in both directions, as a path to a
+	// frozen or killed process would.
+	frozen atomic.Bool
 }
 
 const (
@@ -164,6 +168,9 @@ func (r *delayRelay) send(q chan delayed, write func([]byte) error) {
 				timer.Stop()
 				return
 			}
+		}
+		if r.frozen.Load() {
+			continue
 		}
 		if err := write(d.b); err != nil && errors.Is(err, net.ErrClosed) {
 			return

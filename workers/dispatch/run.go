@@ -276,15 +276,18 @@ func (d *Dispatcher) poll(ctx context.Context, due selection.Poll) {
 	}
 	if err = d.connect(pctx, id); err == nil {
 		var ans node.HealthAnswer
+		heard, counted := connPackets(d.node.Host(), pid)
 		rtt, ans, err = d.node.Ping(pctx, pid)
 		if err == nil {
 			d.pollLoad(id, ans)
 		}
-		if dl, _ := pctx.Deadline(); err != nil && ctx.Err() == nil && !time.Now().Before(dl) {
+		if dl, _ := pctx.Deadline(); err != nil && ctx.Err() == nil && !time.Now().Before(dl) && d.silent(id, pid, heard, counted) {
 			// The peer did not answer on an open connection within its
 			// wait (the ping failed as its wait ran out: by the stream's
-			// deadline or the context's, whichever came first): it may be a killed process, which QUIC hears of only at
-			// its idle timeout, holding accepted work of this node's
+			// deadline or the context's, whichever came first), and the
+			// connection heard nothing from it meanwhile (silent): it
+			// may be a killed process, which QUIC hears of only at its
+			// idle timeout, holding accepted work of this node's
 			// requests that will never be answered. Closing the connection
 			// ends those attempts now, as lost connections, and their
 			// requests go on to another worker while their deadlines allow;

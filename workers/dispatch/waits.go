@@ -7,6 +7,8 @@ import (
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/quic-go/quic-go"
+
+	"github.com/workmesh/workmesh/selection"
 )
 
 // The waits that bound a peer's answer, the accept frame of a work request
@@ -45,6 +47,35 @@ func connRTT(h host.Host, p peer.ID) time.Duration {
 		}
 	}
 	return rtt
+}
+
+// connPackets returns how many packets the QUIC connections to p have
+// received, and whether any connection to p counts them (QUIC does; TCP,
+// relayed and in-memory connections do not).
+func connPackets(h host.Host, p peer.ID) (packets uint64, counted bool) {
+	for _, c := range h.Network().ConnsToPeer(p) {
+		var qc *quic.Conn
+		if c.As(&qc) && qc != nil {
+			packets += qc.ConnectionStats().PacketsReceived
+			counted = true
+		}
+	}
+	return packets, counted
+}
+
+// silent reports whether a peer whose health ping just used up its wait
+// is silent, not merely slow: its QUIC connection received no packet
+// since the ping began (heard, from connPackets then; a live peer's QUIC
+// acknowledges the ping however long its answer takes, a killed or
+// frozen process sends nothing). A connection that counts no packets
+// tells nothing, and there the peer is silent when its last poll failed
+// too: one slow answer from a loaded peer does not cost it its
+// connection and the work running on it.
+func (d *Dispatcher) silent(id string, p peer.ID, heard uint64, counted bool) bool {
+	if now, ok := connPackets(d.node.Host(), p); ok && counted {
+		return now == heard
+	}
+	return d.sel.Liveness().State(id) != selection.StateAlive
 }
 
 // waitFor returns the wait for an answer from a peer rtt away: floor for a

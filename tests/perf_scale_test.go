@@ -2,6 +2,7 @@ package tests
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"fmt"
@@ -179,9 +180,11 @@ func scaleAnnounce(tb testing.TB) time.Duration {
 // dispatcher ranks every worker alive (or after 45s regardless) and
 // the idle network burns less than one core (or after 40s more
 // regardless: a 200-node network forming keeps both cores busy for 10-30s,
-// mostly DHT routing-table lookups, gossip checks and GC); it is bounded at
-// 20,000 requests and 10s, plus the 5s request timeout of the calls in
-// flight when the 10s pass.
+// mostly DHT routing-table lookups, gossip checks and GC). It runs three
+// rounds, each bounded at 20,000 requests and 10s, plus the 5s request
+// timeout of the calls in flight when the 10s pass; req/s, the latencies
+// and req/cpu-s are those of the round of the median rate, failed the
+// most of any round.
 func BenchmarkPerfScale(b *testing.B) {
 	for _, n := range scaleSizes(b) {
 		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) { benchScale(b, n) })
@@ -306,33 +309,55 @@ wait:
 	settled := time.Since(start)
 
 	req := dispatch.WorkRequest{Type: "echo", Payload: bytes.Repeat([]byte("x"), 256), Timeout: 5 * time.Second}
+	// The load runs in loadRounds rounds of count requests each; the round
+	// of the median rate gives the rate, the latencies and the CPU per
+	// request, and failed is the most any round had. One round of about a
+	// second fell, in runs of the same code, anywhere from 0.4x to 1.3x
+	// of the others at 200 nodes (a collection of the whole 200-node heap,
+	// a routing-table refresh, a burst of syncs landing in it).
+	const loadRounds = 3
 	var res phaseResult
 	var loadCPU time.Duration
+	failedMost := 0
 	for b.Loop() {
-		cpu0 := cpuTime(b)
-		var (
-			mu      sync.Mutex
-			failed  int
-			slowest dispatch.WorkResult
-		)
-		// Caller i dispatches through gateway i.
-		res = closedLoop(scaleDispatchers, count, limit, func(ctx context.Context, i int) error {
-			r := gws[i].disp.Dispatch(ctx, req)
-			if r.Status != apiv1.StatusOK || r.Worker == dispatch.LocalWorker {
-				mu.Lock()
-				failed++
-				if r.Duration >= slowest.Duration {
-					slowest = r
-				}
-				mu.Unlock()
-				return errDispatch
-			}
-			return nil
-		})
-		loadCPU = cpuTime(b) - cpu0
-		if failed > 0 {
-			b.Logf("%d requests failed; the slowest: %s", failed, describe(slowest, peerName(append(ws, gws...)...)))
+		type round struct {
+			res phaseResult
+			cpu time.Duration
 		}
+		rounds := make([]round, 0, loadRounds)
+		for range loadRounds {
+			cpu0 := cpuTime(b)
+			var (
+				mu      sync.Mutex
+				failed  int
+				slowest dispatch.WorkResult
+			)
+			// Caller i dispatches through gateway i.
+			r := closedLoop(scaleDispatchers, count, limit, func(ctx context.Context, i int) error {
+				r := gws[i].disp.Dispatch(ctx, req)
+				if r.Status != apiv1.StatusOK || r.Worker == dispatch.LocalWorker {
+					mu.Lock()
+					failed++
+					if r.Duration >= slowest.Duration {
+						slowest = r
+					}
+					mu.Unlock()
+					return errDispatch
+				}
+				return nil
+			})
+			rounds = append(rounds, round{res: r, cpu: cpuTime(b) - cpu0})
+			failedMost = max(failedMost, r.failed)
+			if failed > 0 {
+				b.Logf("%d requests failed; the slowest: %s", failed, describe(slowest, peerName(append(ws, gws...)...)))
+			}
+		}
+		for i, r := range rounds {
+			b.Logf("load round %d: %.0f req/s, %.0f per CPU-second, p99 %s, %d failed", i+1, r.res.rate(), float64(r.res.ok)/r.cpu.Seconds(), percentile(r.res.lat, 99), r.res.failed)
+		}
+		slices.SortFunc(rounds, func(x, y round) int { return cmp.Compare(x.res.rate(), y.res.rate()) })
+		mid := rounds[len(rounds)/2]
+		res, loadCPU = mid.res, mid.cpu
 	}
 	var droppedAll uint64
 	for _, m := range append(slices.Clone(gws), ws...) {
@@ -343,7 +368,7 @@ wait:
 	b.ReportMetric(res.rate(), "req/s")
 	b.ReportMetric(ms(p99), "p99-ms")
 	b.ReportMetric(ms(percentile(res.lat, 50)), "p50-ms")
-	b.ReportMetric(float64(res.failed), "failed")
+	b.ReportMetric(float64(failedMost), "failed")
 	b.ReportMetric(background, "background-cores")
 	b.ReportMetric(100*share, "converged-%")
 	b.ReportMetric(float64(droppedValidation), "dropped-validation")
@@ -361,7 +386,7 @@ wait:
 	b.Logf("%d nodes on mocknet (%d dispatching, %d serving): started in %s; after %s the dispatchers ranked at least %.0f%% of the workers alive, the process having spent %s of CPU (at least %s on %d cores); gossip messages dropped: %d validation, %d for a full peer queue, %d for a peer without a stream yet (%d of them own publications); idle network %.2f cores after %s; %d requests in %s: %.0f req/s (%.0f per CPU-second), p50 %s, p99 %s, %d failed",
 		total, scaleDispatchers, len(ws), started.Round(time.Millisecond), converged.Round(time.Millisecond), 100*share, formCPU.Round(time.Millisecond), formFloor.Round(time.Millisecond), runtime.GOMAXPROCS(0),
 		droppedValidation, droppedPeer, droppedNoStream, droppedOwn, background, settled.Round(time.Second),
-		res.ok, res.elapsed.Round(time.Millisecond), res.rate(), float64(res.ok)/loadCPU.Seconds(), percentile(res.lat, 50), p99, res.failed)
+		res.ok, res.elapsed.Round(time.Millisecond), res.rate(), float64(res.ok)/loadCPU.Seconds(), percentile(res.lat, 50), p99, failedMost)
 }
 
 // idleCores measures the CPU the process burns, in cores, over two-second

@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"math"
 	"os"
 	"runtime"
 	"slices"
@@ -178,7 +179,8 @@ func scaleAnnounce(tb testing.TB) time.Duration {
 // whole process spent on the load (req/cpu-s), which other processes on
 // the machine do not change. The load starts once every
 // dispatcher ranks every worker alive (or after 45s regardless) and
-// the idle network burns less than one core (or after 40s more
+// the idle network has settled, below one core and no longer getting
+// quieter (idleCores; or after 40s more
 // regardless: a 200-node network forming keeps both cores busy for 10-30s,
 // mostly DHT routing-table lookups, gossip checks and GC). It runs three
 // rounds, each bounded at 20,000 requests and 10s, plus the 5s request
@@ -303,8 +305,9 @@ wait:
 		droppedOwn += own
 	}
 	// A network that just formed is busy (routing-table refreshes, first
-	// syncs and polls): let it settle below one core, for at most 40s, and
-	// report what it burns in the last two-second window before the load.
+	// syncs and polls): let it settle below one core and until it stops
+	// getting quieter, for at most 40s, and report what it burns in the
+	// last two-second window before the load.
 	background := idleCores(b, 40*time.Second)
 	settled := time.Since(start)
 
@@ -390,19 +393,23 @@ wait:
 }
 
 // idleCores measures the CPU the process burns, in cores, over two-second
-// windows until one stays below one core or settle has passed, and returns
-// the last window's figure.
+// windows until one is below one core and no more than a tenth below the
+// window before it (the network has settled: the first window below one
+// core at 200 nodes was 0.5-0.6 cores, still falling to about 0.3), or
+// settle has passed, and returns the last window's figure.
 func idleCores(tb testing.TB, settle time.Duration) float64 {
 	tb.Helper()
 	const window = 2 * time.Second
 	until := time.Now().Add(settle)
+	prev := math.Inf(1)
 	for {
 		cpu0, t0 := cpuTime(tb), time.Now()
 		<-time.After(window) // the measurement window itself, not a wait for a condition
 		cores := float64(cpuTime(tb)-cpu0) / float64(time.Since(t0))
 		tb.Logf("idle network: %.2f cores", cores)
-		if cores < 1 || time.Now().After(until) {
+		if cores < 1 && cores >= 0.9*prev || time.Now().After(until) {
 			return cores
 		}
+		prev = cores
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
@@ -33,26 +34,9 @@ func TestBootstrapPeerNotOfThisNetwork(t *testing.T) {
 			if tc.serve != "" {
 				hosts[1].SetStreamHandler(protocol.ID(tc.serve), func(s network.Stream) { s.Reset() })
 			}
-			log, hook := logtest.NewNullLogger()
-			cfg := testConfig(t)
-			addrs, err := peer.AddrInfoToP2pAddrs(&peer.AddrInfo{ID: hosts[1].ID(), Addrs: hosts[1].Addrs()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			cfg.Bootstrap = []string{addrs[0].String()}
-			startTestNode(t, cfg, WithHost(hosts[0]), WithLogger(log))
-			want := "bootstrap peer " + addrs[0].String() + " " + tc.want
-			testkit.WaitFor(t, 5*time.Second, "a warning: "+want, func() error {
-				var seen []string
-				for _, e := range hook.AllEntries() {
-					if e.Level == logrus.WarnLevel && strings.Contains(e.Message, want) {
-						t.Logf("%s", e.Message)
-						return nil
-					}
-					seen = append(seen, e.Message)
-				}
-				return fmt.Errorf("logged %q", seen)
-			})
+			addr, hook := startBootstrappedFrom(t, hosts[0], hosts[1])
+			want := "bootstrap peer " + addr + " " + tc.want
+			waitWarning(t, hook, 5*time.Second, want)
 		})
 	}
 }
@@ -70,16 +54,18 @@ func TestBootstrapPeerTooBusyToIdentifyKeepsItsConnection(t *testing.T) {
 		<-stalled
 		s.Reset()
 	})
-	log, hook := logtest.NewNullLogger()
-	cfg := testConfig(t)
-	addrs, err := peer.AddrInfoToP2pAddrs(&peer.AddrInfo{ID: hosts[1].ID(), Addrs: hosts[1].Addrs()})
-	if err != nil {
-		t.Fatal(err)
+	addr, hook := startBootstrappedFrom(t, hosts[0], hosts[1])
+	want := "bootstrap " + addr + ": reached, but it neither took this node's record nor identified itself within 1s"
+	waitWarning(t, hook, 10*time.Second, want)
+	if c := hosts[0].Network().Connectedness(hosts[1].ID()); c != network.Connected {
+		t.Fatalf("the connection to the busy bootstrap peer: %v, want it kept", c)
 	}
-	cfg.Bootstrap = []string{addrs[0].String()}
-	startTestNode(t, cfg, WithHost(hosts[0]), WithLogger(log))
-	want := "bootstrap " + addrs[0].String() + ": reached, but it neither took this node's record nor identified itself within 1s"
-	testkit.WaitFor(t, 10*time.Second, "a warning: "+want, func() error {
+}
+
+// waitWarning waits until the log has a warning that contains want.
+func waitWarning(t *testing.T, hook *logtest.Hook, within time.Duration, want string) {
+	t.Helper()
+	testkit.WaitFor(t, within, "a warning: "+want, func() error {
 		var seen []string
 		for _, e := range hook.AllEntries() {
 			if e.Level == logrus.WarnLevel && strings.Contains(e.Message, want) {
@@ -90,7 +76,20 @@ func TestBootstrapPeerTooBusyToIdentifyKeepsItsConnection(t *testing.T) {
 		}
 		return fmt.Errorf("logged %q", seen)
 	})
-	if c := hosts[0].Network().Connectedness(hosts[1].ID()); c != network.Connected {
-		t.Fatalf("the connection to the busy bootstrap peer: %v, want it kept", c)
+}
+
+// startBootstrappedFrom starts a node on h with boot as its bootstrap
+// peer, and returns boot's address as the node was given it and the
+// node's log.
+func startBootstrappedFrom(t *testing.T, h, boot host.Host) (string, *logtest.Hook) {
+	t.Helper()
+	log, hook := logtest.NewNullLogger()
+	cfg := testConfig(t)
+	addrs, err := peer.AddrInfoToP2pAddrs(&peer.AddrInfo{ID: boot.ID(), Addrs: boot.Addrs()})
+	if err != nil {
+		t.Fatal(err)
 	}
+	cfg.Bootstrap = []string{addrs[0].String()}
+	startTestNode(t, cfg, WithHost(h), WithLogger(log))
+	return addrs[0].String(), hook
 }

@@ -70,6 +70,21 @@ func (f earlyQueues) FilterIncomingSubscriptions(from peer.ID, subs []*pb.RPC_Su
 	return kept, nil
 }
 
+// requeue asks earlyLoop to have gossipsub make a send queue to p, which
+// it counts in the topic but has none for (a message to p was just
+// dropped for that): from its subscription until its queue, or when its
+// queue went with a stream that closed while the peer stayed. It never
+// blocks (DropRPC runs on gossipsub's event loop).
+func (a *Announcer) requeue(p peer.ID) {
+	if a.early == nil {
+		return
+	}
+	select {
+	case a.early <- p:
+	default:
+	}
+}
+
 // earlyLoop tells gossipsub, for each peer earlyQueues passed on, that the
 // peer speaks the gossipsub protocol of the stream it opened to this node,
 // which makes gossipsub give it a send queue now (see earlyQueues).

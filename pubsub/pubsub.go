@@ -454,6 +454,7 @@ func (t streamTracer) DropRPC(rpc *lpubsub.RPC, p peer.ID) {
 	}
 	t.a.droppedOutbound.Add(n)
 	if !t.a.HasStream(p) {
+		t.a.requeue(p)
 		t.a.droppedNoStream.Add(n)
 		for _, m := range rpc.GetPublish() {
 			if t.a.own.has(MessageID(m.GetData())) {
@@ -493,7 +494,9 @@ func (a *Announcer) Dropped() (validation, outbound uint64) {
 // own counts those this node published itself (its record, or one it
 // relays on a newcomer's behalf), which gossipsub sends to every topic
 // peer: those the peer gets through its mesh, a sync or the greeting
-// instead. Forwards to a peer without a queue are not sent at all
+// instead. A drop for a peer gossipsub has no queue for has the node make
+// one (requeue): gossipsub makes none again by itself for a peer whose
+// first stream failed to open while it stays subscribed and connected. Forwards to a peer without a queue are not sent at all
 // (queuelessFeatures): gossipsub would send a gossipsub peer outside its
 // mesh none, and used to take a peer it has no queue for for a floodsub
 // peer, sent every one.

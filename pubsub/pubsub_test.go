@@ -1,7 +1,9 @@
 package pubsub
 
 import (
+	"bufio"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -15,8 +17,10 @@ import (
 	pb "github.com/libp2p/go-libp2p-pubsub/pb"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/protocol"
 	"github.com/libp2p/go-libp2p/p2p/protocol/identify"
 	"github.com/sirupsen/logrus"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/workmesh/workmesh/tests/testkit"
 )
@@ -474,5 +478,100 @@ func TestCopiesOfWaitingMessagesAreCut(t *testing.T) {
 	}
 	if got := send("p2", msg(topic, "c")); got != "c" {
 		t.Fatalf("a suspect peer's message held an honest copy out: kept %q", got)
+	}
+}
+
+// TestSendQueueMadeAgainAfterADrop: B subscribes to A's topic over its
+// own stream, but A's stream to B fails (B serves no gossip protocol yet),
+// and gossipsub, having no queue to B, makes none again by itself while B
+// stays subscribed and connected. Once B serves the protocol (with no
+// identify push to tell A), A's next publication dropped for want of a
+// queue has A make one (requeue), and B receives what A publishes after.
+func TestSendQueueMadeAgainAfterADrop(t *testing.T) {
+	ctx := context.Background()
+	ha, hb := newHost(t), newHost(t)
+	a, err := New(ctx, ha, "test", acceptAll, nil, WithLogger(quiet()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if err := hb.Connect(ctx, peer.AddrInfo{ID: ha.ID(), Addrs: ha.Addrs()}); err != nil {
+		t.Fatal(err)
+	}
+	// B's subscription, as a gossipsub peer sends it, on B's own stream.
+	s, err := hb.NewStream(ctx, ha.ID(), lpubsub.GossipSubID_v11)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Reset()
+	yes, topic := true, TopicName("test")
+	writeRPC(t, s, &pb.RPC{Subscriptions: []*pb.RPC_SubOpts{{Subscribe: &yes, Topicid: &topic}}})
+
+	// While B serves no gossip protocol, what A publishes is dropped: A
+	// counts B in the topic with no queue to it.
+	n := 0
+	testkit.WaitFor(t, 10*time.Second, "three of A's publications dropped for B", func() error {
+		n++
+		if err := a.Publish(ctx, fmt.Appendf(nil, "good before %d", n)); err != nil {
+			return err
+		}
+		if all, _ := a.DroppedNoStream(); all < 3 {
+			return fmt.Errorf("%d dropped", all)
+		}
+		return nil
+	})
+	// B serves the protocol now, added to its switch directly, which
+	// sends A no identify push.
+	got := make(chan string, 64)
+	hb.Mux().AddHandler(lpubsub.GossipSubID_v11, func(_ protocol.ID, rwc io.ReadWriteCloser) error {
+		defer rwc.Close()
+		r := bufio.NewReader(rwc)
+		for {
+			size, err := binary.ReadUvarint(r)
+			if err != nil {
+				return err
+			}
+			buf := make([]byte, size)
+			if _, err := io.ReadFull(r, buf); err != nil {
+				return err
+			}
+			var rpc pb.RPC
+			if err := proto.Unmarshal(buf, &rpc); err != nil {
+				return err
+			}
+			for _, m := range rpc.GetPublish() {
+				select {
+				case got <- string(m.GetData()):
+				default:
+				}
+			}
+		}
+	})
+	testkit.WaitFor(t, 10*time.Second, "a publication of A's received by B", func() error {
+		n++
+		if err := a.Publish(ctx, fmt.Appendf(nil, "good after %d", n)); err != nil {
+			return err
+		}
+		select {
+		case m := <-got:
+			t.Logf("B received %q", m)
+			return nil
+		default:
+			all, _ := a.DroppedNoStream()
+			return fmt.Errorf("none yet (%d dropped for B, A has a stream to B: %v)", all, a.HasStream(hb.ID()))
+		}
+	})
+}
+
+// writeRPC writes rpc on w as gossipsub frames it: its length as a
+// varint, then its bytes.
+func writeRPC(t *testing.T, w io.Writer, rpc *pb.RPC) {
+	t.Helper()
+	b, err := proto.Marshal(rpc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Write(append(binary.AppendUvarint(nil, uint64(len(b))), b...)); err != nil {
+		t.Fatal(err)
 	}
 }

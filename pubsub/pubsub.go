@@ -496,7 +496,8 @@ func (a *Announcer) Dropped() (validation, outbound uint64) {
 // peer: those the peer gets through its mesh, a sync or the greeting
 // instead. A drop for a peer gossipsub has no queue for has the node make
 // one (requeue): gossipsub makes none again by itself for a peer whose
-// first stream failed to open while it stays subscribed and connected. Forwards to a peer without a queue are not sent at all
+// first stream failed to open while it stays subscribed and connected.
+// Forwards to a peer without a queue are not sent at all
 // (queuelessFeatures): gossipsub would send a gossipsub peer outside its
 // mesh none, and used to take a peer it has no queue for for a floodsub
 // peer, sent every one.

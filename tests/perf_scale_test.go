@@ -325,8 +325,9 @@ wait:
 	const loadRounds = 3
 	var res phaseResult
 	var loadCPU time.Duration
-	failedMost := 0
+	var failedMost int
 	for b.Loop() {
+		failedMost = 0
 		type round struct {
 			res phaseResult
 			cpu time.Duration
@@ -337,7 +338,6 @@ wait:
 			cpu0 := cpuTime(b)
 			var (
 				mu      sync.Mutex
-				failed  int
 				slowest dispatch.WorkResult
 			)
 			// Caller i dispatches through gateway i.
@@ -345,7 +345,6 @@ wait:
 				r := gws[i].disp.Dispatch(ctx, req)
 				if r.Status != apiv1.StatusOK || r.Worker == dispatch.LocalWorker {
 					mu.Lock()
-					failed++
 					if r.Duration >= slowest.Duration {
 						slowest = r
 					}
@@ -356,8 +355,8 @@ wait:
 			})
 			rounds = append(rounds, round{res: r, cpu: cpuTime(b) - cpu0})
 			failedMost = max(failedMost, r.failed)
-			if failed > 0 {
-				b.Logf("%d requests failed; the slowest: %s", failed, describe(slowest, peerName(append(ws, gws...)...)))
+			if r.failed > 0 {
+				b.Logf("%d requests failed; the slowest: %s", r.failed, describe(slowest, peerName(append(ws, gws...)...)))
 			}
 		}
 		for i, r := range rounds {

@@ -48,9 +48,11 @@ func newGossip(h host.Host, table *PeerTable, guard *dialGuard, network string, 
 		newcomers: pubsub.NewPeerBuckets(newcomerRate, newcomerBurst)}
 }
 
-// Start joins the NodeData topic; onPeerJoin runs when a peer joins it.
-// The announcer runs until Close or until ctx ends.
-func (g *gossip) Start(ctx context.Context, onPeerJoin func(peer.ID), opts []lpubsub.Option, topics []string) error {
+// Start joins the NodeData topic; onPeerJoin runs when a peer joins it
+// (missed: a publication of this node's was not sent to it, for want of a
+// stream, see pubsub.WithPeerJoin). The announcer runs until Close or until
+// ctx ends.
+func (g *gossip) Start(ctx context.Context, onPeerJoin func(p peer.ID, missed bool), opts []lpubsub.Option, topics []string) error {
 	// Records are entered by the verifier itself, the moment they are
 	// known good, rather than after gossipsub's delivery queue.
 	ann, err := pubsub.New(ctx, g.host, g.network, g.verify, nil,

@@ -509,9 +509,11 @@ func rootCause(err error) string {
 
 // onPeerJoin runs when a peer joins the NodeData topic: publish our record
 // while it may still be new to the network, and learn what the newcomer
-// knows.
-func (m *membership) onPeerJoin(p peer.ID) {
-	req := syncRequest{p: p, due: time.Now()}
+// knows. A peer that missed a publication of this node's (it was counted in
+// the topic before this node's gossip stream to it was open) has this
+// node's record pushed to it: the one it has, if any, may be older.
+func (m *membership) onPeerJoin(p peer.ID, missed bool) {
+	req := syncRequest{p: p, due: time.Now(), push: missed}
 	if m.rec.reach.Load() < minReach {
 		if !m.rec.published() {
 			m.rec.publish(m.ctx)

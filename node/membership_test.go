@@ -93,3 +93,42 @@ func startBootstrappedFrom(t *testing.T, h, boot host.Host) (string, *logtest.Ho
 	startTestNode(t, cfg, WithHost(h), WithLogger(log))
 	return addrs[0].String(), hook
 }
+
+// TestMissedPeerIsPushedTheRecord: a peer greeted as having missed a
+// publication of this node's (pubsub's ownSchedule left it out, its stream
+// not open yet) has this node's record pushed to it, though the node holds
+// the peer's record and has done its whole-table syncs, when a join would
+// exchange nothing: the record the peer holds may be older than the one it
+// missed.
+func TestMissedPeerIsPushedTheRecord(t *testing.T) {
+	a := startTestNode(t, testConfig(t))
+	b := startTestNode(t, testConfig(t))
+	connect(t, b, a)
+	seq := func(n, of *Node) uint64 {
+		info, _ := n.table.Get(of.ID())
+		return info.Data.Sequence
+	}
+	testkit.WaitFor(t, 10*time.Second, "each node holding the other's record", func() error {
+		if seq(b, a) != a.current().Data.Sequence || seq(a, b) == 0 {
+			return fmt.Errorf("b holds a's sequence %d of %d, a holds b's %d", seq(b, a), a.current().Data.Sequence, seq(a, b))
+		}
+		return nil
+	})
+	// A newer record of a's that gossip did not carry to b, as one that
+	// left b out would not have.
+	if err := a.records.resign(); err != nil {
+		t.Fatal(err)
+	}
+	// a's record has reached enough peers, and a has its whole-table
+	// syncs: a join alone pushes nothing.
+	a.members.rec.reach.Store(minReach)
+	a.members.synced.Store(fullSyncs)
+	want := a.current().Data.Sequence
+	a.members.onPeerJoin(b.ID(), true)
+	testkit.WaitFor(t, 10*time.Second, "b holding a's newest record", func() error {
+		if got := seq(b, a); got != want {
+			return fmt.Errorf("b holds a's sequence %d, a's newest is %d", got, want)
+		}
+		return nil
+	})
+}

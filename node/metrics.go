@@ -18,6 +18,8 @@ var (
 		"NodeData records refused, by how they arrived (gossip, dht, sync) and why.", []string{"source", "reason"}, nil)
 	descGossipDropped = prometheus.NewDesc("workmesh_gossip_dropped_total",
 		"Gossip messages dropped under load: validation_queue (received, not checked), peer_queue (not sent to a peer, its queue full) or no_stream (not sent to a peer gossipsub had no stream to yet).", []string{"queue"}, nil)
+	descGossipLeftOut = prometheus.NewDesc("workmesh_gossip_left_out_total",
+		"Times a publication of this node's was not sent to a topic peer it had no gossip stream to yet; such a peer has this node's record pushed to it once the stream opens.", nil, nil)
 )
 
 // Collector returns a Prometheus collector of the node: its peer table
@@ -25,17 +27,19 @@ var (
 // and reason) and the gossip messages dropped for full queues. Register it
 // in the node's own registry; it reads the counts at scrape time.
 func (n *Node) Collector() prometheus.Collector {
-	return scrape.Collector(n.collect, []*prometheus.Desc{descGossipDropped}, n.table.Collector(),
+	return scrape.Collector(n.collect, []*prometheus.Desc{descGossipDropped, descGossipLeftOut}, n.table.Collector(),
 		scrape.Collector(n.collectNAT, []*prometheus.Desc{descHolePunches, descHolePunchRetries, descRelayReservations, descDialsSkipped, descRelayedWork, descReachability}))
 }
 
-// collect sends the gossip drops counted so far.
+// collect sends the gossip drops counted so far, and the publications
+// left out for peers without a stream.
 func (n *Node) collect(ch chan<- prometheus.Metric) {
 	validation, outbound := n.gossip.ann.Dropped()
 	noStream, _ := n.gossip.ann.DroppedNoStream()
 	ch <- prometheus.MustNewConstMetric(descGossipDropped, prometheus.CounterValue, float64(validation), "validation_queue")
 	ch <- prometheus.MustNewConstMetric(descGossipDropped, prometheus.CounterValue, float64(outbound-noStream), "peer_queue")
 	ch <- prometheus.MustNewConstMetric(descGossipDropped, prometheus.CounterValue, float64(noStream), "no_stream")
+	ch <- prometheus.MustNewConstMetric(descGossipLeftOut, prometheus.CounterValue, float64(n.gossip.ann.LeftOut()))
 }
 
 // Collector returns a Prometheus collector of the table (see

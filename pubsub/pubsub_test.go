@@ -87,7 +87,7 @@ func TestOnlyVerifiedAnnouncementsAreDelivered(t *testing.T) {
 	ha, hb := newHost(t), newHost(t)
 	joined := make(chan peer.ID, 1)
 	a, err := New(ctx, ha, "test", acceptAll, nil, WithLogger(quiet()),
-		WithPeerJoin(func(p peer.ID) { joined <- p }))
+		WithPeerJoin(func(p peer.ID, _ bool) { joined <- p }))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +145,7 @@ func TestGreetingOnJoinArrives(t *testing.T) {
 		var once sync.Once
 		ready := make(chan struct{})
 		var err error
-		a, err = New(ctx, ha, "test", acceptAll, nil, WithLogger(quiet()), WithPeerJoin(func(peer.ID) {
+		a, err = New(ctx, ha, "test", acceptAll, nil, WithLogger(quiet()), WithPeerJoin(func(peer.ID, bool) {
 			<-ready
 			once.Do(func() {
 				if err := a.Publish(ctx, []byte("good hello")); err != nil {
@@ -205,7 +205,7 @@ func TestMessageIDsAreContentAddressed(t *testing.T) {
 		t.Fatal("MessageID is not a function of the bytes alone")
 	}
 	ha, hb, hc := newHost(t), newHost(t), newHost(t)
-	joins := func(ch chan peer.ID) Option { return WithPeerJoin(func(p peer.ID) { ch <- p }) }
+	joins := func(ch chan peer.ID) Option { return WithPeerJoin(func(p peer.ID, _ bool) { ch <- p }) }
 	joinedA, joinedB := make(chan peer.ID, 4), make(chan peer.ID, 4)
 	a, err := New(ctx, ha, "test", acceptAll, nil, WithLogger(quiet()), joins(joinedA))
 	if err != nil {
@@ -481,16 +481,23 @@ func TestCopiesOfWaitingMessagesAreCut(t *testing.T) {
 	}
 }
 
-// TestSendQueueMadeAgainAfterADrop: B subscribes to A's topic over its
-// own stream, but A's stream to B fails (B serves no gossip protocol yet),
-// and gossipsub, having no queue to B, makes none again by itself while B
-// stays subscribed and connected. Once B serves the protocol (with no
-// identify push to tell A), A's next publication dropped for want of a
-// queue has A make one (requeue), and B receives what A publishes after.
-func TestSendQueueMadeAgainAfterADrop(t *testing.T) {
+// TestPeerLeftOutGetsAQueueAndIsGreetedAsMissed: B subscribes to A's
+// topic over its own stream, but A's stream to B fails (B serves no gossip
+// protocol yet), and gossipsub, having no queue to B, makes none again by
+// itself while B stays subscribed and connected. A's publications leave B
+// out (ownSchedule): none is sent to B, so none is dropped. Once B serves
+// the protocol (with no identify push to tell A), A's next publication
+// left out for B has A make the queue (requeue), B receives what A
+// publishes after, and A greets B as having missed a publication.
+func TestPeerLeftOutGetsAQueueAndIsGreetedAsMissed(t *testing.T) {
 	ctx := context.Background()
 	ha, hb := newHost(t), newHost(t)
-	a, err := New(ctx, ha, "test", acceptAll, nil, WithLogger(quiet()))
+	greeted := make(chan bool, 8)
+	a, err := New(ctx, ha, "test", acceptAll, nil, WithLogger(quiet()), WithPeerJoin(func(p peer.ID, missed bool) {
+		if p == hb.ID() {
+			greeted <- missed
+		}
+	}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -507,19 +514,22 @@ func TestSendQueueMadeAgainAfterADrop(t *testing.T) {
 	yes, topic := true, TopicName("test")
 	writeRPC(t, s, &pb.RPC{Subscriptions: []*pb.RPC_SubOpts{{Subscribe: &yes, Topicid: &topic}}})
 
-	// While B serves no gossip protocol, what A publishes is dropped: A
-	// counts B in the topic with no queue to it.
+	// While B serves no gossip protocol, A counts B in the topic with no
+	// queue to it, and what A publishes leaves B out.
 	n := 0
-	testkit.WaitFor(t, 10*time.Second, "three of A's publications dropped for B", func() error {
+	testkit.WaitFor(t, 10*time.Second, "three of A's publications left out for B", func() error {
 		n++
 		if err := a.Publish(ctx, fmt.Appendf(nil, "good before %d", n)); err != nil {
 			return err
 		}
-		if all, _ := a.DroppedNoStream(); all < 3 {
-			return fmt.Errorf("%d dropped", all)
+		if left := a.LeftOut(); left < 3 {
+			return fmt.Errorf("%d left out", left)
 		}
 		return nil
 	})
+	if all, own := a.DroppedNoStream(); all != 0 || own != 0 {
+		t.Fatalf("A dropped %d messages for want of a queue (%d its own), want none: its publications leave B out", all, own)
+	}
 	// B serves the protocol now, added to its switch directly, which
 	// sends A no identify push.
 	got := make(chan string, 64)
@@ -557,10 +567,20 @@ func TestSendQueueMadeAgainAfterADrop(t *testing.T) {
 			t.Logf("B received %q", m)
 			return nil
 		default:
-			all, _ := a.DroppedNoStream()
-			return fmt.Errorf("none yet (%d dropped for B, A has a stream to B: %v)", all, a.HasStream(hb.ID()))
+			return fmt.Errorf("none yet (%d left out for B, A has a stream to B: %v)", a.LeftOut(), a.HasStream(hb.ID()))
 		}
 	})
+	select {
+	case missed := <-greeted:
+		if !missed {
+			t.Fatal("A greeted B as having missed nothing; it left B out of its publications")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("A did not greet B once its stream to B opened")
+	}
+	if all, _ := a.DroppedNoStream(); all != 0 {
+		t.Fatalf("A dropped %d messages for want of a queue, want none", all)
+	}
 }
 
 // writeRPC writes rpc on w as gossipsub frames it: its length as a

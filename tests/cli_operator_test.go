@@ -550,6 +550,7 @@ func TestCLIOperator(t *testing.T) {
 		atLeast("workmesh_api_refused_total", map[string]string{"reason": "bad_request"}, 0)
 		atLeast("workmesh_gossip_dropped_total", map[string]string{"queue": "validation_queue"}, 0)
 		atLeast("workmesh_gossip_dropped_total", map[string]string{"queue": "peer_queue"}, 0)
+		atLeast("workmesh_gossip_left_out_total", nil, 0)
 		if _, ok := testkit.MetricValue(mfs, "workmesh_peer_score", map[string]string{"peer": node1, "work_type": "sha256"}); !ok {
 			t.Error("no workmesh_peer_score for node1 sha256")
 		}

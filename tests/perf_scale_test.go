@@ -295,7 +295,10 @@ wait:
 	// nodes together: not checked (validation), not sent to a peer for a
 	// full queue (peer), or for none yet (noStream: see
 	// pubsub.Announcer.DroppedNoStream).
-	var droppedValidation, droppedPeer, droppedNoStream, droppedOwn uint64
+	// leftOut: the times a node's own publication left out a topic peer it
+	// had no stream to yet (pubsub.Announcer.LeftOut), which gossipsub
+	// used to send and drop.
+	var droppedValidation, droppedPeer, droppedNoStream, droppedOwn, leftOut uint64
 	for _, m := range append(slices.Clone(gws), ws...) {
 		v, o := m.node.Gossip().Dropped()
 		ns, own := m.node.Gossip().DroppedNoStream()
@@ -303,6 +306,7 @@ wait:
 		droppedPeer += o - ns
 		droppedNoStream += ns
 		droppedOwn += own
+		leftOut += m.node.Gossip().LeftOut()
 	}
 	// A network that just formed is busy (routing-table refreshes, first
 	// syncs and polls): let it settle below one core and until it stops
@@ -386,13 +390,14 @@ wait:
 	b.ReportMetric(1000*background/float64(total), "idle-millicores/node")
 	b.ReportMetric(float64(droppedNoStream), "dropped-no-stream")
 	b.ReportMetric(float64(droppedOwn), "dropped-no-stream-own")
+	b.ReportMetric(float64(leftOut), "left-out")
 	b.ReportMetric(started.Seconds(), "start-s")
 	b.ReportMetric(formCPU.Seconds(), "form-cpu-s")
 	b.ReportMetric(formFloor.Seconds(), "form-floor-s")
 	b.ReportMetric(float64(res.ok)/loadCPU.Seconds(), "req/cpu-s")
-	b.Logf("%d nodes on mocknet (%d dispatching, %d serving): started in %s; after %s the dispatchers ranked at least %.0f%% of the workers alive, the process having spent %s of CPU (at least %s on %d cores); gossip messages dropped: %d validation, %d for a full peer queue, %d for a peer without a stream yet (%d of them own publications); idle network %.2f cores after %s; %d requests in %s: %.0f req/s (%.0f per CPU-second), p50 %s, p99 %s, %d failed",
+	b.Logf("%d nodes on mocknet (%d dispatching, %d serving): started in %s; after %s the dispatchers ranked at least %.0f%% of the workers alive, the process having spent %s of CPU (at least %s on %d cores); gossip messages dropped: %d validation, %d for a full peer queue, %d for a peer without a stream yet (%d of them own publications); own publications left out for a peer without a stream: %d; idle network %.2f cores after %s; %d requests in %s: %.0f req/s (%.0f per CPU-second), p50 %s, p99 %s, %d failed",
 		total, scaleDispatchers, len(ws), started.Round(time.Millisecond), converged.Round(time.Millisecond), 100*share, formCPU.Round(time.Millisecond), formFloor.Round(time.Millisecond), runtime.GOMAXPROCS(0),
-		droppedValidation, droppedPeer, droppedNoStream, droppedOwn, background, settled.Round(time.Second),
+		droppedValidation, droppedPeer, droppedNoStream, droppedOwn, leftOut, background, settled.Round(time.Second),
 		res.ok, res.elapsed.Round(time.Millisecond), res.rate(), float64(res.ok)/loadCPU.Seconds(), percentile(res.lat, 50), p99, failedMost)
 }
 

@@ -312,6 +312,7 @@ var figures = []figure{
 	{name: "scaling: gossip messages dropped, peer queue full, while forming, %d nodes (mocknet)", perSize: "dropped-peer-queue", unit: "messages", goal: "(reported)"},
 	{name: "scaling: gossip messages dropped, no stream to the peer yet, while forming, %d nodes (mocknet)", perSize: "dropped-no-stream", unit: "messages", goal: "(reported)"},
 	{name: "scaling: of those, the dropping node's own publications, %d nodes (mocknet)", perSize: "dropped-no-stream-own", unit: "messages", goal: "(reported)"},
+	{name: "scaling: own publications not sent to a topic peer without a stream yet (pushed at its greeting instead), %d nodes (mocknet)", perSize: "left-out", unit: "peers", goal: "(reported)"},
 	{name: "scaling: CPU the process spent until every worker was alive everywhere, %d nodes (mocknet)", perSize: "form-cpu-s", unit: "s", goal: "(reported)"},
 	{name: "scaling: that CPU over the machine's cores, the shortest forming could take here, %d nodes (mocknet)", perSize: "form-floor-s", unit: "s", goal: "(reported; above 15, alive-15s cannot reach 100)"},
 	{name: "scaling: requests per CPU-second of the process, %d vs %d nodes, 20 dispatching (mocknet)", scale: "req/cpu-s", unit: "req/cpu-s", goal: "(reported)"},

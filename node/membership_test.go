@@ -95,8 +95,8 @@ func startBootstrappedFrom(t *testing.T, h, boot host.Host) (string, *logtest.Ho
 }
 
 // TestMissedPeerIsPushedTheRecord: a peer greeted as having missed a
-// publication of this node's (pubsub's ownSchedule left it out, its stream
-// not open yet) has this node's record pushed to it, though the node holds
+// publication of this node's (gossipsub had no send queue to the peer yet,
+// pubsub's LeftOut) has this node's record pushed to it, though the node holds
 // the peer's record and has done its whole-table syncs, when a join would
 // exchange nothing: the record the peer holds may be older than the one it
 // missed.

@@ -19,7 +19,7 @@ var (
 	descGossipDropped = prometheus.NewDesc("workmesh_gossip_dropped_total",
 		"Gossip messages dropped under load: validation_queue (received, not checked), peer_queue (not sent to a peer, its queue full) or no_stream (not sent to a peer gossipsub had no stream to yet).", []string{"queue"}, nil)
 	descGossipLeftOut = prometheus.NewDesc("workmesh_gossip_left_out_total",
-		"Times a publication of this node's was not sent to a topic peer it had no gossip stream to yet; such a peer has this node's record pushed to it once the stream opens.", nil, nil)
+		"Publications of this node's own that gossipsub had no send queue for a topic peer to put in (not counted as dropped): such a peer has this node's record pushed to it once its stream opens.", nil, nil)
 )
 
 // Collector returns a Prometheus collector of the node: its peer table
@@ -35,7 +35,7 @@ func (n *Node) Collector() prometheus.Collector {
 // left out for peers without a stream.
 func (n *Node) collect(ch chan<- prometheus.Metric) {
 	validation, outbound := n.gossip.ann.Dropped()
-	noStream, _ := n.gossip.ann.DroppedNoStream()
+	noStream := n.gossip.ann.DroppedNoStream()
 	ch <- prometheus.MustNewConstMetric(descGossipDropped, prometheus.CounterValue, float64(validation), "validation_queue")
 	ch <- prometheus.MustNewConstMetric(descGossipDropped, prometheus.CounterValue, float64(outbound-noStream), "peer_queue")
 	ch <- prometheus.MustNewConstMetric(descGossipDropped, prometheus.CounterValue, float64(noStream), "no_stream")

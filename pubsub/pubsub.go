@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"iter"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -124,10 +123,10 @@ func WithLogger(log *logrus.Logger) Option {
 // WithPeerJoin sets a function called (from one goroutine, in order) each
 // time a peer has joined the topic and this node can send to it, so the
 // caller can greet newcomers. Both conditions matter: gossipsub may learn of
-// a peer's subscription before its own stream to that peer is open, and a
+// a peer's subscription before it has a send queue to that peer, and a
 // publication of this node's in between is not sent to that peer (see
-// ownSchedule). missed says one was, since the peer's last greeting: the
-// peer may lack this node's latest record.
+// LeftOut). missed says one was, since the peer's last greeting: the peer
+// may lack this node's latest record.
 func WithPeerJoin(f func(p peer.ID, missed bool)) Option {
 	return func(o *options) error {
 		o.onPeerJoin = f
@@ -180,25 +179,15 @@ type Announcer struct {
 	ready   []joined      // peers that became ready, for joinLoop
 	readyCh chan struct{} // signals ready is not empty
 
-	// pubMu is held by Publish from the publication's check to its hand-off
-	// to gossipsub's event loop, and by close before it stops that loop:
-	// gossipsub's batch hand-off waits for the loop without a way out, so
-	// the loop must not stop in between (see Publish). closed: close has
-	// begun.
-	pubMu  sync.Mutex
-	closed bool
-	// stopAfter releases the watch on New's context (context.AfterFunc).
-	stopAfter func() bool
-
 	// Messages gossipsub dropped under load (see Dropped), and those of
-	// droppedOutbound that were for a peer without a stream yet.
+	// droppedOutbound that were for a peer without a stream yet. This
+	// node's own publications are not among them (leftOut; own holds what
+	// it published lately).
 	droppedValidation, droppedOutbound, droppedNoStream atomic.Uint64
-	// droppedOwnNoStream: those of droppedNoStream this node published
-	// itself (own holds what it published lately).
-	droppedOwnNoStream atomic.Uint64
-	own                recent
-	// leftOut counts the peers this node's publications were not sent to
-	// for want of a stream (ownSchedule).
+
+	own recent
+	// leftOut counts this node's publications gossipsub had no send queue
+	// for a topic peer to put in (see LeftOut).
 	leftOut atomic.Uint64
 	// Messages rejected because their peer passed its rate (WithPeerRate),
 	// and those dropped on arrival at twice it.
@@ -237,8 +226,8 @@ type peerState struct {
 	joined   bool // subscribed to the topic
 	outbound bool // our stream to it is open
 	greeted  bool // onJoin was called since both became true
-	// missed: a publication of this node's was left out for the peer
-	// since its greeting (ownSchedule); the next greeting says so.
+	// missed: a publication of this node's was not sent to the peer since
+	// its greeting (LeftOut); the next greeting says so.
 	missed bool
 }
 
@@ -264,10 +253,7 @@ func New(ctx context.Context, h host.Host, network string, verify Verifier, deli
 			return nil, err
 		}
 	}
-	// Gossipsub runs on a context of the Announcer's own, which only close
-	// ends, and close ends it when ctx ends (see pubMu).
-	parent := ctx
-	ctx, cancel := context.WithCancel(context.WithoutCancel(parent))
+	ctx, cancel := context.WithCancel(ctx)
 	a := &Announcer{
 		self:    h.ID(),
 		log:     o.log,
@@ -374,7 +360,6 @@ func New(ctx context.Context, h host.Host, network string, verify Verifier, deli
 	go a.eventLoop(ctx)
 	go a.joinLoop(ctx)
 	go a.earlyLoop(ctx, h)
-	a.stopAfter = context.AfterFunc(parent, a.close)
 	return a, nil
 }
 
@@ -403,7 +388,7 @@ func (a *Announcer) eventLoop(ctx context.Context) {
 			st.joined = ev.Type == lpubsub.PeerJoin
 			// A publication left out for the peer was left out while
 			// gossipsub counted it in the topic: before the leave, which
-			// gossipsub announces after it stops counting the peer.
+			// gossipsub announces once it no longer counts the peer.
 			st.missed = st.missed && st.joined
 		})
 	}
@@ -489,97 +474,36 @@ func (t streamTracer) DropRPC(rpc *lpubsub.RPC, p peer.ID) {
 	if n == 0 {
 		return
 	}
-	t.a.droppedOutbound.Add(n)
 	if !t.a.HasStream(p) {
 		t.a.requeue(p)
-		t.a.droppedNoStream.Add(n)
+		own := uint64(0)
 		for _, m := range rpc.GetPublish() {
 			if t.a.own.has(MessageID(m.GetData())) {
-				t.a.droppedOwnNoStream.Add(1)
+				own++
 			}
 		}
+		if own > 0 {
+			t.a.leftOut.Add(own)
+			t.a.update(p, func(st *peerState) { st.missed = true })
+		}
+		n -= own
+		t.a.droppedNoStream.Add(n)
 	}
+	t.a.droppedOutbound.Add(n)
 }
 func (streamTracer) UndeliverableMessage(*lpubsub.Message) {}
 
 // Publish sends one announcement to the topic. It goes to every topic peer
-// this node's gossip stream is open to (gossipsub's flood publishing of own
-// messages) and from them through the mesh. A topic peer without that
-// stream yet is left out (see ownSchedule) and greeted as missed once the
-// stream opens (WithPeerJoin).
-//
-// It goes through gossipsub's batch publishing, the one way to choose the
-// peers of a publication, whose hand-off to gossipsub's event loop has no
-// way out should the loop stop; pubMu keeps close from stopping it
-// meanwhile.
+// this node is connected to (gossipsub's flood publishing of own messages)
+// and from them through the mesh; to a peer gossipsub has no send queue for
+// yet, it goes later in another way (LeftOut).
 func (a *Announcer) Publish(ctx context.Context, data []byte) error {
-	a.pubMu.Lock()
-	defer a.pubMu.Unlock()
-	if a.closed {
-		return fmt.Errorf("pubsub: publish on %s: %w", a.topic.String(), lpubsub.ErrTopicClosed)
-	}
 	a.own.add(MessageID(data))
-	var batch lpubsub.MessageBatch
-	if err := a.topic.AddToBatch(ctx, &batch, data); err != nil {
-		return fmt.Errorf("pubsub: publish on %s: %w", a.topic.String(), err)
-	}
-	sched := &ownSchedule{a: a}
-	if err := a.ps.PublishBatch(&batch, func(o *lpubsub.BatchPublishOptions) error {
-		o.Strategy = sched
-		return nil
-	}); err != nil {
+	if err := a.topic.Publish(ctx, data); err != nil {
 		return fmt.Errorf("pubsub: publish on %s: %w", a.topic.String(), err)
 	}
 	return nil
 }
-
-// ownSchedule sends a publication of this node's to the topic peers whose
-// gossip stream from this node is open (HasStream), and leaves out the
-// others. Gossipsub floods a node's own publication to every peer it counts
-// in the topic, and it counts a peer from the peer's subscription on, which
-// arrives on the peer's stream, before this node has a send queue to the
-// peer (earlyQueues), and after the peer's first stream from this node
-// failed to open, when gossipsub makes it no queue again by itself; it
-// dropped what it sent to such a peer ("no send queue"): 100-650 of this
-// node's publications while 200 nodes formed on mocknet. A peer left out
-// is marked missed, so that its greeting, when the stream opens, pushes
-// this node's record to it (node's onPeerJoin), and gets its queue made
-// (requeue). Gossipsub asks the schedule in its event loop, where the
-// stream tracer's updates run too, so HasStream is gossipsub's own view.
-type ownSchedule struct {
-	a    *Announcer
-	rpcs []ownRPC
-}
-
-type ownRPC struct {
-	p   peer.ID
-	rpc *lpubsub.RPC
-}
-
-func (s *ownSchedule) AddRPC(p peer.ID, _ string, rpc *lpubsub.RPC) {
-	s.rpcs = append(s.rpcs, ownRPC{p: p, rpc: rpc})
-}
-
-func (s *ownSchedule) All() iter.Seq2[peer.ID, *lpubsub.RPC] {
-	return func(yield func(peer.ID, *lpubsub.RPC) bool) {
-		for _, r := range s.rpcs {
-			if !s.a.HasStream(r.p) {
-				s.a.leftOut.Add(1)
-				s.a.update(r.p, func(st *peerState) { st.missed = true })
-				s.a.requeue(r.p)
-				continue
-			}
-			if !yield(r.p, r.rpc) {
-				return
-			}
-		}
-	}
-}
-
-// LeftOut returns how many times a publication of this node's was not sent
-// to a topic peer because this node had no gossip stream to it yet (see
-// ownSchedule): each such peer's greeting says it missed one.
-func (a *Announcer) LeftOut() uint64 { return a.leftOut.Load() }
 
 // Dropped returns how many messages gossipsub dropped under load:
 // received messages it had no room to check (the validation queue full,
@@ -595,20 +519,28 @@ func (a *Announcer) Dropped() (validation, outbound uint64) {
 // for a peer this node had no gossip stream to yet: gossipsub counted it
 // in the topic (its subscription had come) but had no queue for it (see
 // earlyQueues), or it had just gone. The rest were for a full queue.
-//
-// own counts those this node published itself (its record, or one it
-// relays on a newcomer's behalf), which gossipsub sends to every topic
-// peer: those the peer gets through its mesh, a sync or the greeting
-// instead. A drop for a peer gossipsub has no queue for has the node make
-// one (requeue): gossipsub makes none again by itself for a peer whose
-// first stream failed to open while it stays subscribed and connected.
 // Forwards to a peer without a queue are not sent at all
 // (queuelessFeatures): gossipsub would send a gossipsub peer outside its
 // mesh none, and used to take a peer it has no queue for for a floodsub
-// peer, sent every one.
-func (a *Announcer) DroppedNoStream() (all, own uint64) {
-	return a.droppedNoStream.Load(), a.droppedOwnNoStream.Load()
-}
+// peer, sent every one. This node's own publications are not counted here
+// but in LeftOut. A drop for a peer gossipsub has no queue for has the node
+// make one (requeue): gossipsub makes none again by itself for a peer
+// whose first stream failed to open while it stays subscribed and
+// connected.
+func (a *Announcer) DroppedNoStream() uint64 { return a.droppedNoStream.Load() }
+
+// LeftOut returns how many of this node's own publications (its record, a
+// revocation, a record it relays on a newcomer's behalf) gossipsub had no
+// send queue to put in for a topic peer: it floods them to every peer it
+// counts in the topic, and counts a peer from its subscription on, which
+// arrives on the peer's own stream, before this node has a queue to the
+// peer (earlyQueues) or after the peer's first stream from this node
+// failed to open; or the peer had just gone. Such a peer is marked missed
+// and has its queue made (requeue), and its greeting, once the stream
+// opens, says it missed a publication (WithPeerJoin): the node pushes its
+// record to it then (node's onPeerJoin), where the message was lost to the
+// peer before. They are not drops (Dropped) for that reason.
+func (a *Announcer) LeftOut() uint64 { return a.leftOut.Load() }
 
 // recent is a bounded set of the message IDs published last.
 type recent struct {
@@ -670,15 +602,11 @@ func (a *Announcer) PubSub() *lpubsub.PubSub { return a.ps }
 // returns.
 func (a *Announcer) Close() error {
 	a.close()
-	a.stopAfter() // set once New returned
 	return nil
 }
 
 func (a *Announcer) close() {
 	a.closeOnce.Do(func() {
-		a.pubMu.Lock()
-		a.closed = true
-		a.pubMu.Unlock()
 		if a.sub != nil {
 			a.sub.Cancel()
 		}

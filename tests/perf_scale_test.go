@@ -171,11 +171,11 @@ func scaleAnnounce(tb testing.TB) time.Duration {
 // dropped while the network formed: not checked for a full validation
 // queue (dropped-validation), not sent for a full peer queue
 // (dropped-peer-queue) or to a peer it had no stream to yet
-// (dropped-no-stream; dropped-no-stream-own are those the dropping node
-// published itself: the rest it forwarded, which gossipsub sends such a
-// peer only because it takes it for a floodsub peer until it has added it,
-// see pubsub.Announcer.DroppedNoStream), and all of them for the whole run, load included
-// (dropped-total). Beside req/s it reports the requests per CPU-second the
+// (dropped-no-stream, forwards: see pubsub.Announcer.DroppedNoStream), and
+// all of them for the whole run, load included (dropped-total); and the
+// nodes' own publications gossipsub had no queue to a topic peer for,
+// which that peer gets pushed at its greeting instead (left-out, see
+// pubsub.Announcer.LeftOut). Beside req/s it reports the requests per CPU-second the
 // whole process spent on the load (req/cpu-s), which other processes on
 // the machine do not change. The load starts once every
 // dispatcher ranks every worker alive (or after 45s regardless) and
@@ -295,17 +295,15 @@ wait:
 	// nodes together: not checked (validation), not sent to a peer for a
 	// full queue (peer), or for none yet (noStream: see
 	// pubsub.Announcer.DroppedNoStream).
-	// leftOut: the times a node's own publication left out a topic peer it
-	// had no stream to yet (pubsub.Announcer.LeftOut), which gossipsub
-	// used to send and drop.
-	var droppedValidation, droppedPeer, droppedNoStream, droppedOwn, leftOut uint64
+	// leftOut: a node's own publications gossipsub had no queue to a topic
+	// peer for (pubsub.Announcer.LeftOut), pushed at the peer's greeting.
+	var droppedValidation, droppedPeer, droppedNoStream, leftOut uint64
 	for _, m := range append(slices.Clone(gws), ws...) {
 		v, o := m.node.Gossip().Dropped()
-		ns, own := m.node.Gossip().DroppedNoStream()
+		ns := m.node.Gossip().DroppedNoStream()
 		droppedValidation += v
 		droppedPeer += o - ns
 		droppedNoStream += ns
-		droppedOwn += own
 		leftOut += m.node.Gossip().LeftOut()
 	}
 	// A network that just formed is busy (routing-table refreshes, first
@@ -389,15 +387,14 @@ wait:
 	b.ReportMetric(converged.Seconds(), "alive-all-s")
 	b.ReportMetric(1000*background/float64(total), "idle-millicores/node")
 	b.ReportMetric(float64(droppedNoStream), "dropped-no-stream")
-	b.ReportMetric(float64(droppedOwn), "dropped-no-stream-own")
 	b.ReportMetric(float64(leftOut), "left-out")
 	b.ReportMetric(started.Seconds(), "start-s")
 	b.ReportMetric(formCPU.Seconds(), "form-cpu-s")
 	b.ReportMetric(formFloor.Seconds(), "form-floor-s")
 	b.ReportMetric(float64(res.ok)/loadCPU.Seconds(), "req/cpu-s")
-	b.Logf("%d nodes on mocknet (%d dispatching, %d serving): started in %s; after %s the dispatchers ranked at least %.0f%% of the workers alive, the process having spent %s of CPU (at least %s on %d cores); gossip messages dropped: %d validation, %d for a full peer queue, %d for a peer without a stream yet (%d of them own publications); own publications left out for a peer without a stream: %d; idle network %.2f cores after %s; %d requests in %s: %.0f req/s (%.0f per CPU-second), p50 %s, p99 %s, %d failed",
+	b.Logf("%d nodes on mocknet (%d dispatching, %d serving): started in %s; after %s the dispatchers ranked at least %.0f%% of the workers alive, the process having spent %s of CPU (at least %s on %d cores); gossip messages dropped: %d validation, %d for a full peer queue, %d for a peer without a stream yet; own publications gossipsub had no queue to a peer for (pushed at its greeting): %d; idle network %.2f cores after %s; %d requests in %s: %.0f req/s (%.0f per CPU-second), p50 %s, p99 %s, %d failed",
 		total, scaleDispatchers, len(ws), started.Round(time.Millisecond), converged.Round(time.Millisecond), 100*share, formCPU.Round(time.Millisecond), formFloor.Round(time.Millisecond), runtime.GOMAXPROCS(0),
-		droppedValidation, droppedPeer, droppedNoStream, droppedOwn, leftOut, background, settled.Round(time.Second),
+		droppedValidation, droppedPeer, droppedNoStream, leftOut, background, settled.Round(time.Second),
 		res.ok, res.elapsed.Round(time.Millisecond), res.rate(), float64(res.ok)/loadCPU.Seconds(), percentile(res.lat, 50), p99, failedMost)
 }
 

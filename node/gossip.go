@@ -50,7 +50,7 @@ func newGossip(h host.Host, table *PeerTable, guard *dialGuard, network string, 
 
 // Start joins the NodeData topic; onPeerJoin runs when a peer joins it
 // (missed: a publication of this node's was not sent to it, for want of a
-// stream, see pubsub.WithPeerJoin). The announcer runs until Close or until
+// send queue, see pubsub.WithPeerJoin). The announcer runs until Close or until
 // ctx ends.
 func (g *gossip) Start(ctx context.Context, onPeerJoin func(p peer.ID, missed bool), opts []lpubsub.Option, topics []string) error {
 	// Records are entered by the verifier itself, the moment they are

@@ -509,9 +509,9 @@ func rootCause(err error) string {
 
 // onPeerJoin runs when a peer joins the NodeData topic: publish our record
 // while it may still be new to the network, and learn what the newcomer
-// knows. A peer that missed a publication of this node's (it was counted in
-// the topic before this node's gossip stream to it was open) has this
-// node's record pushed to it: the one it has, if any, may be older.
+// knows. A peer that missed a publication of this node's (gossipsub counted
+// it in the topic before it had a send queue to it, pubsub's LeftOut) has
+// this node's record pushed to it: the one it has, if any, may be older.
 func (m *membership) onPeerJoin(p peer.ID, missed bool) {
 	req := syncRequest{p: p, due: time.Now(), push: missed}
 	if m.rec.reach.Load() < minReach {

@@ -95,7 +95,9 @@ func (a *Announcer) DroppedNoStream() uint64 { return a.droppedNoStream.Load() }
 // and has its queue made (requeue), and its greeting, once the stream
 // opens, says it missed a publication (WithPeerJoin): the node pushes its
 // record to it then (node's onPeerJoin), where the message was lost to the
-// peer before. They are not drops (Dropped) for that reason.
+// peer before. They are not drops (Dropped) for that reason. The push
+// carries the node's own record only: a revocation or a relayed record the
+// peer missed so reaches it through its mesh or a sync, as before.
 func (a *Announcer) LeftOut() uint64 { return a.leftOut.Load() }
 
 // recent is a bounded set of the message IDs published last.

@@ -66,7 +66,7 @@ var help = map[string]string{
 	"local-reserve":          "share (0 to 1) of the local worker's running slots and queue kept for this node's own API and CLI clients; peers' work never takes them (peers keep at least one running slot)",
 
 	"rating-window":          "half-life of a rating sample's weight",
-	"rating-min-samples":     "weighted outcomes needed before a peer is rated rather than explored (tried first, to learn how it does)",
+	"rating-min-samples":     "weighted outcomes needed before a peer is rated rather than explored (tried first, to learn how it does); a peer rated once stays rated as they fade",
 	"rating-spread":          "number of best-rated peers a request picks among at random; 1 is strictly the best",
 	"rating-latency-weight":  "weight of latency in the rating score",
 	"rating-error-weight":    "weight of the error rate in the rating score",
@@ -120,7 +120,7 @@ var help = map[string]string{
 	"relay-limit-duration":   "how long one relayed connection through this node lasts at most",
 	"hole-punching":          "upgrade a relayed connection to a direct one by hole punching (DCUtR)",
 	"public-ranges":          "IPv4 documentation ranges (192.0.2.0/24, 198.51.100.0/24, 203.0.113.0/24) treated as public internet: for test labs built on them only (repeatable)",
-	"explore-share":          "most share (0 to 1) of any 200 requests in a row whose first attempt goes to a peer with fewer than rating-min-samples outcomes while a proven peer could take it; 1 means no bound",
+	"explore-share":          "most share (0 to 1) of any 200 requests in a row whose first attempt goes to a peer that has not yet had rating-min-samples outcomes while a proven peer could take it; 1 means no bound",
 	"audit-rate":             "share (0 to 1) of a deterministic type's successful results run again on one other worker after answering, to catch a worker that lies; 0 turns audits off",
 	"dispute-threshold":      "disputes (results outvoted by other workers, or contradicted by an audit) within dispute-window at which a peer is cordoned; 0 only counts them",
 	"dispute-window":         "how far back disputes count toward dispute-threshold",

@@ -34,7 +34,7 @@ func benchSelectorTypes(b *testing.B, n, types int) *Selector {
 			if (i+k)%9 == 0 {
 				o = RetryableError
 			}
-			st.record(o, time.Duration(1+i%13)*time.Millisecond, s.clock.Now(), cfg.Rating.Window)
+			st.record(o, time.Duration(1+i%13)*time.Millisecond, s.clock.Now(), cfg.Rating.Window, float64(cfg.Rating.MinSamples))
 		}
 	}
 	s.Refresh()
@@ -101,7 +101,7 @@ func BenchmarkPlanFirstPickFewRated(b *testing.B) {
 			for i := range 5 { // five rated peers
 				st := s.stats[peers[i*(n/5)].ID]
 				for range 4 {
-					st.record(Success, time.Millisecond, s.clock.Now(), cfg.Rating.Window)
+					st.record(Success, time.Millisecond, s.clock.Now(), cfg.Rating.Window, float64(cfg.Rating.MinSamples))
 				}
 			}
 			s.Refresh()

@@ -23,6 +23,10 @@ type stats struct {
 	// stalled answer on a loaded machine does not outweigh many quick ones.
 	logLat float64
 	latN   float64
+	// proven says the peer's weighted outcomes reached rating-min-samples
+	// once: it stays rated while its outcomes fade below them, since old
+	// evidence about it is still evidence, not the silence of a newcomer.
+	proven bool
 
 	// inflight counts attempts picked and not yet reported; read without the
 	// lock to bound exploration of unrated peers.
@@ -89,8 +93,8 @@ func (s *stats) decay(now time.Time, halfLife time.Duration) {
 	s.last = now
 }
 
-// record adds one outcome.
-func (s *stats) record(o Outcome, latency time.Duration, now time.Time, halfLife time.Duration) {
+// record adds one outcome; minSamples is rating-min-samples.
+func (s *stats) record(o Outcome, latency time.Duration, now time.Time, halfLife time.Duration, minSamples float64) {
 	if o == Cancelled || o >= NumOutcomes {
 		return
 	}
@@ -108,11 +112,17 @@ func (s *stats) record(o Outcome, latency time.Duration, now time.Time, halfLife
 		s.logLat += math.Log(latency.Seconds())
 		s.latN++
 	}
+	if s.n >= minSamples {
+		s.proven = true
+	}
 }
 
 // view is a point-in-time reading of stats; latency is the geometric mean.
+// rated says the peer is judged on its outcomes: they weigh at least
+// minSamples now, or did once (stats.proven).
 type view struct {
 	n, errRate, busyRate, latency float64
+	rated                         bool
 }
 
 func (s *stats) read(now time.Time, halfLife time.Duration) view {
@@ -120,9 +130,9 @@ func (s *stats) read(now time.Time, halfLife time.Duration) view {
 	defer s.mu.Unlock()
 	s.decay(now, halfLife)
 	if s.n <= 0 {
-		return view{}
+		return view{rated: s.proven}
 	}
-	v := view{n: s.n, errRate: s.errs / s.n, busyRate: s.busy / s.n}
+	v := view{n: s.n, errRate: s.errs / s.n, busyRate: s.busy / s.n, rated: s.proven}
 	if s.latN > 0 {
 		v.latency = math.Exp(s.logLat / s.latN)
 	}
@@ -151,13 +161,25 @@ const relayedCost = 0.25
 // slow costs 1), error and busy rates, head lag (a peer 1 behind costs 0.5,
 // far behind nearly 1), load, and relayedCost for a peer reached through a
 // relay only.
+//
+// The terms from outcomes (latency, errors, busy) count in full while the
+// outcomes weigh at least rating-min-samples. A proven peer whose outcomes
+// have faded below that (it got no work since, as a bad peer does not) is
+// judged as if the missing samples were good: its outcome costs shrink with
+// their weight, halving every rating-window, so it is tried again as a
+// rated peer once it is competitive, neither shunned for ever nor explored
+// as a newcomer all at once.
 func cost(in scoreInputs, w config.RatingConfig) float64 {
+	conf := 1.0
+	if m := float64(max(1, w.MinSamples)); in.n < m {
+		conf = in.n / m
+	}
 	cost := 0.0
 	if in.bestLatency > 0 && in.latency > in.bestLatency {
-		cost += w.LatencyWeight * (in.latency/in.bestLatency - 1)
+		cost += conf * w.LatencyWeight * (in.latency/in.bestLatency - 1)
 	}
-	cost += w.ErrorWeight * in.errRate
-	cost += w.BusyWeight * in.busyRate
+	cost += conf * w.ErrorWeight * in.errRate
+	cost += conf * w.BusyWeight * in.busyRate
 	if in.headLag > 0 {
 		cost += w.HeadLagWeight * in.headLag / (1 + in.headLag)
 	}

@@ -224,3 +224,52 @@ func TestRating_DirectWinsOverRelayedAmongEquals(t *testing.T) {
 		t.Fatalf("relayed peer much faster: first pick %s, want a (%+v)", got, s.Ranking("sha256"))
 	}
 }
+
+// A peer proven bad is not a newcomer again when its outcomes fade below
+// rating-min-samples: it stays rated, behind the good peer, and its bad
+// record fades gradually (as if the missing samples were good) instead of
+// earning it a newcomer's exploration all at once.
+func TestRating_ProvenPeerStaysRatedAsItsRecordFades(t *testing.T) {
+	s, clk := newSelector(t, testConfig(), peer("good", "good"), peer("flaky", "flaky"))
+	feed(t, s, "good", Success, time.Millisecond, 20)
+	feed(t, s, "flaky", RetryableError, time.Millisecond, 2)
+	feed(t, s, "flaky", Success, time.Millisecond, 2)
+	score := func() (flaky Ranked) {
+		t.Helper()
+		s.Refresh()
+		for _, r := range s.Ranking("sha256") {
+			if r.Peer == "flaky" {
+				flaky = r
+			}
+		}
+		return flaky
+	}
+	// 20s on (two thirds of a half-life) flaky's 4 outcomes weigh 2.5,
+	// fewer than rating-min-samples (3).
+	clk.Advance(20 * time.Second)
+	f := score()
+	if !f.Rated {
+		t.Fatalf("flaky unrated again after its outcomes faded below rating-min-samples: %+v", s.Ranking("sha256"))
+	}
+	for i := range 5 {
+		p := s.Plan(Request{WorkType: "sha256"})
+		pk := mustNext(t, p)
+		if pk.Peer != "good" {
+			t.Fatalf("first pick %d is %s, want good: a proven bad peer is not explored as a newcomer", i, pk.Peer)
+		}
+		p.Report(pk, Success, time.Millisecond)
+	}
+	// A minute later its errors weigh less: the score rises, yet stays
+	// below a clean record's.
+	clk.Advance(time.Minute)
+	later := score()
+	if later.Score <= f.Score || later.Score >= 0.9 {
+		t.Fatalf("a minute later flaky scores %.3f (was %.3f): want it rising as its record fades, still below 0.9", later.Score, f.Score)
+	}
+	// Ten half-lives on the record has all but faded: flaky is judged
+	// nearly as a clean peer, and tried again as a rated one.
+	clk.Advance(5 * time.Minute)
+	if f := score(); !f.Rated || f.Score < 0.95 {
+		t.Fatalf("after ten half-lives flaky is %+v: want rated with a score near 1", f)
+	}
+}

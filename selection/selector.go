@@ -273,7 +273,7 @@ func (s *Selector) record(e *entry, o Outcome, latency time.Duration) {
 	if o == Cancelled {
 		return
 	}
-	e.stats.record(o, latency, s.clock.Now(), s.cfg.Rating.Window)
+	e.stats.record(o, latency, s.clock.Now(), s.cfg.Rating.Window, float64(max(1, s.cfg.Rating.MinSamples)))
 	if o == Unreachable {
 		// Dispatch only adds evidence of unreachability; recovery is proven
 		// by polls, so a grey peer cannot hide behind its successes.
@@ -434,11 +434,11 @@ func (s *Selector) buildView(name string, entries []*entry) *typeView {
 			tv.headsKnown = false
 		}
 		v := s.views[e.idx]
+		e.rated = v.rated
+		// Only peers with outcomes enough now that can be chosen set the
+		// benchmark latency: a dead peer's old quick answers must not make
+		// the survivors look slow next to a grey peer.
 		if v.n >= float64(max(1, s.cfg.Rating.MinSamples)) {
-			e.rated = true
-			// Only peers that can be chosen set the benchmark latency: a
-			// dead peer's old quick answers must not make the survivors
-			// look slow next to a grey peer.
 			if e.health.load() == StateAlive && v.latency > 0 && (best == 0 || v.latency < best) {
 				best = v.latency
 			}

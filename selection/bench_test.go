@@ -4,6 +4,9 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/workmesh/workmesh/config"
+	"github.com/workmesh/workmesh/tests/testkit"
 )
 
 // benchPeers returns n candidates split over three labelled groups, with
@@ -106,6 +109,36 @@ func BenchmarkPlanFirstPickFewRated(b *testing.B) {
 			}
 			s.Refresh()
 			firstPicks(b, s)
+		})
+	}
+}
+
+// BenchmarkLivenessDueTick is one tick of a dispatcher's poll loop at the
+// default poll-interval and poll-budget, with 200 and 10,000 peers: the due
+// polls are asked for every 50ms and each is answered at once, so that a
+// tick finds a few due among many.
+func BenchmarkLivenessDueTick(b *testing.B) {
+	for _, n := range []int{200, 10000} {
+		b.Run(fmt.Sprintf("peers=%d", n), func(b *testing.B) {
+			clk := testkit.NewFakeClock()
+			l, err := NewLiveness(config.Defaults().Liveness, clk)
+			if err != nil {
+				b.Fatal(err)
+			}
+			ids := make([]string, n)
+			for i := range ids {
+				ids[i] = fmt.Sprintf("peer-%05d", i)
+			}
+			l.handles(ids)
+			polls := 0
+			for b.Loop() {
+				clk.Advance(50 * time.Millisecond)
+				for _, p := range l.DuePolls() {
+					l.ReportPoll(p, true)
+					polls++
+				}
+			}
+			b.ReportMetric(float64(polls)/float64(b.N), "polls/tick")
 		})
 	}
 }

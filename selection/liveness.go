@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -94,6 +93,13 @@ type health struct {
 	// disputeAt holds when the ones of dispute-window were (ReportDispute).
 	disputes  int
 	disputeAt []time.Time
+
+	// The poll schedule (schedule.go): the peer's ID, the queue it is in
+	// (nil: none), its place there and the time that orders it.
+	id    string
+	queue *dueQueue
+	qi    int
+	key   time.Time
 }
 
 func (h *health) load() State { return State(h.state.Load()) }
@@ -124,6 +130,8 @@ type Liveness struct {
 	onTransition func(Transition)
 	// trust holds the dispute settings (ReportDispute).
 	trust config.TrustConfig
+	// aliveQ and redialQ are the poll schedule (schedule.go).
+	aliveQ, redialQ dueQueue
 }
 
 // NewLiveness returns a Liveness for cfg, reading the time from clock.
@@ -176,12 +184,13 @@ func (l *Liveness) handleLocked(id string) *health {
 	h := l.peers[id]
 	if h == nil {
 		l.gens++
-		h = &health{lastPoll: l.firstPoll(id), gen: l.gens}
+		h = &health{lastPoll: l.firstPoll(id), gen: l.gens, id: id, qi: -1}
 		if l.awaitFirst {
 			h.state.Store(int32(StateProbing))
 			h.fresh, h.reason = true, reasonFirstPoll
 		}
 		l.peers[id] = h
+		l.reschedLocked(h)
 	}
 	return h
 }
@@ -224,6 +233,7 @@ func (l *Liveness) retain(keep map[string]struct{}) {
 			if h.strikes > 0 {
 				l.striking.Add(-1)
 			}
+			l.unschedLocked(h)
 			delete(l.peers, id)
 		}
 	}
@@ -337,6 +347,7 @@ func (l *Liveness) Report(id string, ok bool) (Transition, bool) {
 }
 
 func (l *Liveness) reportLocked(id string, h *health, ok bool) (Transition, bool) {
+	defer l.reschedLocked(h)
 	now := l.clock.Now()
 	h.lastPoll = now
 	from := h.load()
@@ -435,6 +446,7 @@ func (l *Liveness) ReportStall(id string) (Transition, bool) {
 	if h == nil {
 		return Transition{}, false
 	}
+	defer l.reschedLocked(h)
 	if h.strikes == 0 {
 		l.striking.Add(1)
 	}
@@ -480,6 +492,7 @@ func (l *Liveness) ReportAnswer(id string) {
 	if h.strikes == 0 {
 		h.cordons = 0
 		l.striking.Add(-1)
+		l.reschedLocked(h) // a probing peer's interval depends on cordons
 	}
 }
 
@@ -553,6 +566,7 @@ func (l *Liveness) setState(id string, target State) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	h := l.handleLocked(id)
+	defer l.reschedLocked(h)
 	switch target {
 	case StateAlive:
 		return l.toAlive(id, h)
@@ -562,61 +576,6 @@ func (l *Liveness) setState(id string, target State) error {
 		return l.toProbing(id, h)
 	}
 	return fmt.Errorf("%w: unknown target %s", ErrTransition, target)
-}
-
-// Due returns, sorted, the peers to poll now: StateAlive and StateProbing peers whose
-// last poll is poll-interval old (none when polling is off; for alive peers
-// longer when there are more than poll-budget of them), and StateUnreachable
-// peers whose redial backoff has passed.
-func (l *Liveness) Due() []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.dueLocked()
-}
-
-func (l *Liveness) dueLocked() []string {
-	now := l.clock.Now()
-	aliveEvery := l.aliveIntervalLocked()
-	var out []string
-	for id, h := range l.peers {
-		switch st := h.load(); st {
-		case StateUnreachable:
-			if !now.Before(h.nextAttempt) {
-				out = append(out, id)
-			}
-		default:
-			every := l.pollInterval(h)
-			if st == StateAlive {
-				every = aliveEvery
-			}
-			if l.cfg.PollInterval > 0 && !now.Before(h.lastPoll.Add(every)) {
-				out = append(out, id)
-			}
-		}
-	}
-	sort.Strings(out)
-	return out
-}
-
-// aliveIntervalLocked returns the time between two polls of an alive
-// peer: poll-interval, or, with more alive peers than poll-budget, that
-// much longer, so that the polls of alive peers stay within poll-budget
-// per poll-interval however large the network.
-func (l *Liveness) aliveIntervalLocked() time.Duration {
-	budget := l.cfg.PollBudget
-	if budget <= 0 || len(l.peers) <= budget {
-		return l.cfg.PollInterval
-	}
-	alive := 0
-	for _, h := range l.peers {
-		if h.load() == StateAlive {
-			alive++
-		}
-	}
-	if alive <= budget {
-		return l.cfg.PollInterval
-	}
-	return time.Duration(float64(l.cfg.PollInterval) * float64(alive) / float64(budget))
 }
 
 // Counts returns how many known peers are in each state.

@@ -111,6 +111,7 @@ func (l *Liveness) ReportDispute(id string) (Transition, bool) {
 	if h == nil {
 		return Transition{}, false
 	}
+	defer l.reschedLocked(h)
 	now := l.clock.Now()
 	h.disputes++
 	t := l.trust

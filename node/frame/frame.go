@@ -52,19 +52,35 @@ type Memory interface {
 // A sender that claims a large frame and sends little of it holds little;
 // all that the read reserved is given back when it fails.
 func Read(r io.Reader, limit int, mem Memory) (body []byte, reserved int, err error) {
-	return read(r, limit, mem, 2)
+	var h Header
+	return h.read(r, limit, mem, 2)
+}
+
+// Header is room for a frame's length prefix. A reader of many frames
+// (a work stream) keeps one and reads with its methods, so that a frame
+// costs one allocation, its body: the prefix read through an io.Reader
+// would otherwise be allocated too.
+type Header [HeaderLen]byte
+
+// Read is frame.Read, the prefix read into h.
+func (h *Header) Read(r io.Reader, limit int, mem Memory) (body []byte, reserved int, err error) {
+	return h.read(r, limit, mem, 2)
+}
+
+// ReadFast is frame.ReadFast, the prefix read into h.
+func (h *Header) ReadFast(r io.Reader, limit int, mem Memory) (body []byte, reserved int, err error) {
+	return h.read(r, limit, mem, 4)
 }
 
 // read is Read and ReadFast, a large body's buffer growing by factor.
-func read(r io.Reader, limit int, mem Memory, factor int) (body []byte, reserved int, err error) {
-	var hdr [HeaderLen]byte
-	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+func (h *Header) read(r io.Reader, limit int, mem Memory, factor int) (body []byte, reserved int, err error) {
+	if _, err := io.ReadFull(r, h[:]); err != nil {
 		if errors.Is(err, io.ErrUnexpectedEOF) {
 			return nil, 0, fmt.Errorf("frame header: %w", ErrTruncated)
 		}
 		return nil, 0, err
 	}
-	n := binary.BigEndian.Uint32(hdr[:])
+	n := binary.BigEndian.Uint32(h[:])
 	if n == 0 {
 		return nil, 0, fmt.Errorf("empty frame: %w", ErrMalformed)
 	}
@@ -90,7 +106,8 @@ func read(r io.Reader, limit int, mem Memory, factor int) (body []byte, reserved
 // claims a large frame and sends little of it holds at most about five
 // times what it sent, all of it reserved in mem first as with Read.
 func ReadFast(r io.Reader, limit int, mem Memory) (body []byte, reserved int, err error) {
-	return read(r, limit, mem, 4)
+	var h Header
+	return h.read(r, limit, mem, 4)
 }
 
 // GrowStep is the first allocation of a large body (Read), which then

@@ -183,3 +183,24 @@ func TestReadFast_FewerCopiesAndMemoryStillFollowsTheBytes(t *testing.T) {
 		t.Errorf("over the limit: %v, want ErrTooLarge", err)
 	}
 }
+
+// A reader that keeps a Header pays one allocation per frame, its body;
+// frame.Read, with the prefix on its own, pays two.
+func TestHeader_ReadAllocatesOnlyTheBody(t *testing.T) {
+	var msg bytes.Buffer
+	if err := Write(&msg, []byte("a request")); err != nil {
+		t.Fatal(err)
+	}
+	var h Header
+	r := bytes.NewReader(msg.Bytes())
+	allocs := testing.AllocsPerRun(200, func() {
+		r.Reset(msg.Bytes())
+		body, _, err := h.ReadFast(r, 64, nil)
+		if err != nil || string(body) != "a request" {
+			t.Fatalf("read %q, %v", body, err)
+		}
+	})
+	if allocs != 1 {
+		t.Errorf("%.0f allocations per frame read with a Header, want 1 (the body)", allocs)
+	}
+}

@@ -70,6 +70,8 @@ type cstream struct {
 	takeover   *idleWatch
 	first      [1]byte
 	pending    bool
+	// hdr is room for the length of the frame the owning call reads.
+	hdr frame.Header
 	// inPool and idleSince are guarded by the client's mu.
 	inPool    bool
 	idleSince time.Time
@@ -603,7 +605,7 @@ func (c *Client) exchange(ctx context.Context, cs *cstream, req *Request, accept
 // context's end and the accept timeout reset the stream, which ends the
 // read with an error.
 func (c *Client) readFrame(cs *cstream) ([]byte, error) {
-	body, reserved, err := frame.ReadFast(cs, frameLimit(c.cfg.maxPayload), cs.str.Scope())
+	body, reserved, err := cs.hdr.ReadFast(cs, frameLimit(c.cfg.maxPayload), cs.str.Scope())
 	if reserved > 0 {
 		// The output becomes the caller's memory once returned.
 		cs.str.Scope().ReleaseMemory(reserved)

@@ -243,13 +243,17 @@ func (d *decoder) byte(field string) byte {
 	return c
 }
 
-func (d *decoder) uvarint(field string) uint64 {
+func (d *decoder) uvarint(field string) uint64 { return d.uvarintOf(field, "") }
+
+// uvarintOf is uvarint for a field named field+suffix, the name put
+// together only for an error: a decoded message allocates nothing for it.
+func (d *decoder) uvarintOf(field, suffix string) uint64 {
 	if d.err != nil {
 		return 0
 	}
 	v, n := binary.Uvarint(d.b)
 	if n <= 0 {
-		d.fail("%s: bad varint", field)
+		d.fail("%s%s: bad varint", field, suffix)
 		return 0
 	}
 	d.b = d.b[n:]
@@ -270,7 +274,7 @@ func (d *decoder) string(field string, max int) string { return d.stringAs(field
 // stringAs is string for a field expected to be want: when it is, want
 // itself is returned and nothing is allocated.
 func (d *decoder) stringAs(field string, max int, want string) string {
-	n := d.uvarint(field + " length")
+	n := d.uvarintOf(field, " length")
 	if d.err != nil {
 		return ""
 	}
@@ -310,6 +314,13 @@ func (d *decoder) rest(max int, what string) []byte {
 
 // decodeRequest parses a request body. The payload aliases body.
 func decodeRequest(body []byte, maxPayload int) (Request, error) {
+	return decodeRequestAs(body, maxPayload, "")
+}
+
+// decodeRequestAs is decodeRequest for a request expected to be of work
+// type wantType (a stream's last one): when it is, the request's Type is
+// wantType itself, not a copy.
+func decodeRequestAs(body []byte, maxPayload int, wantType string) (Request, error) {
 	d := decoder{b: body}
 	if k := d.byte("kind"); d.err == nil && k != kindRequest {
 		return Request{}, fmt.Errorf("frame kind 0x%02x where a request was expected: %w", k, ErrMalformed)
@@ -318,7 +329,7 @@ func decodeRequest(body []byte, maxPayload int) (Request, error) {
 	r.Timeout = d.millis("timeout")
 	r.AcceptTimeout = d.millis("accept timeout")
 	r.ID = d.string("request id", MaxRequestIDLen)
-	r.Type = d.string("work type", workers.MaxTypeLen)
+	r.Type = d.stringAs("work type", workers.MaxTypeLen, wantType)
 	r.Payload = d.rest(maxPayload, "payload")
 	if d.err != nil {
 		return Request{}, fmt.Errorf("decode request: %w", d.err)

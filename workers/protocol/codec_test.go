@@ -168,3 +168,32 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+// A request of the work type its stream carried last decodes with one
+// allocation, its id: the type is the stream's string, the field names of
+// errors are put together only for an error. One of another type gets
+// its own type.
+func TestCodec_RequestOfTheStreamsLastTypeAllocatesOnlyItsID(t *testing.T) {
+	msg := appendRequest(nil, &Request{ID: "r-7", Type: "echo", Payload: []byte("hi"), Timeout: time.Second})
+	body := msg[frame.HeaderLen:]
+	last := strings.Clone("echo")
+	allocs := testing.AllocsPerRun(200, func() {
+		got, err := decodeRequestAs(body, workers.DefaultMaxPayload, last)
+		if err != nil || got.Type != "echo" || got.ID != "r-7" {
+			t.Fatalf("decoded %+v, %v", got, err)
+		}
+	})
+	if allocs > 1 {
+		t.Errorf("%.0f allocations to decode a request of the stream's last type, want 1 (its id)", allocs)
+	}
+	got, err := decodeRequestAs(body, workers.DefaultMaxPayload, "sha256")
+	if err != nil || got.Type != "echo" {
+		t.Fatalf("a request of another type than the last: decoded %+v, %v", got, err)
+	}
+	if _, err := decodeRequestAs([]byte{kindRequest, 0x80}, workers.DefaultMaxPayload, last); err == nil || !strings.Contains(err.Error(), "timeout: bad varint") {
+		t.Fatalf("a bad varint: %v, want the field named", err)
+	}
+	if _, err := decodeRequestAs([]byte{kindRequest, 1, 1, 0x80}, workers.DefaultMaxPayload, last); err == nil || !strings.Contains(err.Error(), "request id length: bad varint") {
+		t.Fatalf("a bad length: %v, want the field named", err)
+	}
+}

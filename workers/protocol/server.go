@@ -14,6 +14,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
 	"github.com/sirupsen/logrus"
+	"github.com/workmesh/workmesh/node/frame"
 	"github.com/workmesh/workmesh/workers"
 	"github.com/workmesh/workmesh/workers/pool"
 )
@@ -306,6 +307,11 @@ type wstream struct {
 	// says Read has not returned it yet.
 	first   [1]byte
 	pending bool
+	// hdr is room for the length of the request frame read next, and
+	// lastType the work type of the last request (decodeRequest returns
+	// it, not a copy, for the next request of the same type).
+	hdr      frame.Header
+	lastType string
 	// watch is the watchdog of the last request, whose read is the
 	// stream's next one; nil when there is none.
 	watch *watchdog
@@ -388,8 +394,9 @@ func (s *Server) serve(c *wstream, sr *ServedRequest) {
 	}
 	if err == nil {
 		var req Request
-		req, err = decodeRequest(body, s.cfg.maxPayload)
+		req, err = decodeRequestAs(body, s.cfg.maxPayload, c.lastType)
 		if err == nil {
+			c.lastType = req.Type
 			sr.ID, sr.Type = req.ID, req.Type
 			s.run(c, &req, sr)
 			return

@@ -341,6 +341,10 @@ type RatingConfig struct {
 	BusyWeight    float64 `koanf:"rating-busy-weight"`
 	HeadLagWeight float64 `koanf:"rating-head-lag-weight"`
 	LoadWeight    float64 `koanf:"rating-load-weight"`
+	// LatencyFloor is the least latency a difference in latency is
+	// measured against: a worker is compared with the best one's latency
+	// or this, whichever is larger. 0 compares with the best one's alone.
+	LatencyFloor time.Duration `koanf:"rating-latency-floor"`
 }
 
 // HedgeConfig drives concurrent extra attempts for idempotent work types.
@@ -511,6 +515,7 @@ func Defaults() Config {
 			BusyWeight:    2,
 			HeadLagWeight: 1,
 			LoadWeight:    1,
+			LatencyFloor:  time.Millisecond,
 		},
 		Hedge: HedgeConfig{Delay: 100 * time.Millisecond, MaxCount: 0,
 			Quantile: 0.95, Factor: 2, DelayMin: 2 * time.Millisecond, DelayMax: time.Second, Window: 30 * time.Second, MinSamples: 20},

@@ -70,6 +70,7 @@ var pinnedDefaults = map[string]any{
 	"rating-busy-weight":     2.0,
 	"rating-head-lag-weight": 1.0,
 	"rating-load-weight":     1.0,
+	"rating-latency-floor":   time.Millisecond,
 
 	"hedge-delay":        100 * time.Millisecond,
 	"hedge-max-count":    0,
@@ -127,7 +128,7 @@ var pinnedFields = map[string]int{
 	"WorkerConfig":         17,
 	"SelectionConfig":      1,
 	"LivenessConfig":       8,
-	"RatingConfig":         8,
+	"RatingConfig":         9,
 	"HedgeConfig":          8,
 	"LabelBalancingConfig": 3,
 	"WorkTypeConfig":       2,

@@ -385,6 +385,7 @@ func (r *RatingConfig) Validate() error {
 	positive(&c, "rating-window", r.Window)
 	atLeast(&c, "rating-min-samples", r.MinSamples, 0)
 	atLeast(&c, "rating-spread", r.Spread, 1)
+	notNegative(&c, "rating-latency-floor", r.LatencyFloor)
 	for _, w := range []struct {
 		key string
 		v   float64

@@ -172,6 +172,7 @@ func TestValidate_Bounds(t *testing.T) {
 		{"rating-busy-weight Inf", func(c *Config) { c.Rating.BusyWeight = math.Inf(1) }, "rating-busy-weight +Inf must be"},
 		{"rating-head-lag-weight negative", func(c *Config) { c.Rating.HeadLagWeight = -0.5 }, "rating-head-lag-weight -0.5 must be"},
 		{"rating-load-weight negative", func(c *Config) { c.Rating.LoadWeight = -2 }, "rating-load-weight -2 must be"},
+		{"rating-latency-floor negative", func(c *Config) { c.Rating.LatencyFloor = -time.Millisecond }, "rating-latency-floor -1ms must be >= 0"},
 		{"hedge-delay negative", func(c *Config) { c.Hedge.Delay = -time.Millisecond }, "hedge-delay -1ms must be >= 0"},
 		{"hedge-max-count negative", func(c *Config) { c.Hedge.MaxCount = -1 }, "hedge-max-count -1 must be >= 0"},
 		{"hedge-quantile one", func(c *Config) { c.Hedge.Quantile = 1 }, "hedge-quantile 1 must be at least 0 and below 1"},

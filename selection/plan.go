@@ -345,9 +345,14 @@ func (p *Plan) pickInGroup(g *group, first bool) *entry {
 			return e
 		}
 		if !e.rated {
-			if inflight >= exploreInFlight || budgeted {
+			if inflight >= exploreInFlight || budgeted || e.stats.proven.Load() {
 				// Exploration learns, it does not flood: the least loaded
 				// of the unrated peers with attempts in flight waits here.
+				// So does one proven since the ranking was built: it is no
+				// longer a newcomer, and the next refresh rates it
+				// (explored on until then, a peer failing half its work got
+				// every first attempt in a row, one at a time, for as long
+				// as a refresh took).
 				if l := float64(inflight) / e.concurrency; deferred == nil || l < deferredLoad {
 					deferred, deferredLoad = e, l
 				}

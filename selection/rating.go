@@ -26,7 +26,9 @@ type stats struct {
 	// proven says the peer's weighted outcomes reached rating-min-samples
 	// once: it stays rated while its outcomes fade below them, since old
 	// evidence about it is still evidence, not the silence of a newcomer.
-	proven bool
+	// It is read without the lock too: a peer the ranking still holds as
+	// unrated is not explored further once it is proven (pickInGroup).
+	proven atomic.Bool
 
 	// inflight counts attempts picked and not yet reported; read without the
 	// lock to bound exploration of unrated peers.
@@ -108,12 +110,16 @@ func (s *stats) record(o Outcome, latency time.Duration, now time.Time, halfLife
 	case o == Busy:
 		s.busy++
 	}
-	if latency > 0 {
+	if latency > 0 && (o == Success || o == Empty || s.latN > 0 && latency.Seconds() > math.Exp(s.logLat/s.latN)) {
+		// Latency is how long the peer takes to answer work: an answer
+		// counts, and a failure only when it took longer than the peer's
+		// answers do (a timeout). A quick error or refusal never makes a
+		// peer look fast, nor sets the benchmark the others are judged by.
 		s.logLat += math.Log(latency.Seconds())
 		s.latN++
 	}
 	if s.n >= minSamples {
-		s.proven = true
+		s.proven.Store(true)
 	}
 }
 
@@ -130,9 +136,9 @@ func (s *stats) read(now time.Time, halfLife time.Duration) view {
 	defer s.mu.Unlock()
 	s.decay(now, halfLife)
 	if s.n <= 0 {
-		return view{rated: s.proven}
+		return view{rated: s.proven.Load()}
 	}
-	v := view{n: s.n, errRate: s.errs / s.n, busyRate: s.busy / s.n, rated: s.proven}
+	v := view{n: s.n, errRate: s.errs / s.n, busyRate: s.busy / s.n, rated: s.proven.Load()}
 	if s.latN > 0 {
 		v.latency = math.Exp(s.logLat / s.latN)
 	}
@@ -158,7 +164,9 @@ const relayedCost = 0.25
 // cost is the sum of the weighted costs behind a score; the score, a number
 // in (0, 1] where higher is better, is 1 / (1 + cost). Each term is a cost
 // scaled by its weight: latency relative to the best peer (a peer twice as
-// slow costs 1), error and busy rates, head lag (a peer 1 behind costs 0.5,
+// slow costs 1; a difference is measured against rating-latency-floor when
+// the best peer is faster than that, so that sub-millisecond jitter counts
+// as the fraction of a millisecond it is), error and busy rates, head lag (a peer 1 behind costs 0.5,
 // far behind nearly 1), load, and relayedCost for a peer reached through a
 // relay only.
 //
@@ -176,7 +184,8 @@ func cost(in scoreInputs, w config.RatingConfig) float64 {
 	}
 	cost := 0.0
 	if in.bestLatency > 0 && in.latency > in.bestLatency {
-		cost += conf * w.LatencyWeight * (in.latency/in.bestLatency - 1)
+		ref := max(in.bestLatency, w.LatencyFloor.Seconds())
+		cost += conf * w.LatencyWeight * (in.latency - in.bestLatency) / ref
 	}
 	cost += conf * w.ErrorWeight * in.errRate
 	cost += conf * w.BusyWeight * in.busyRate

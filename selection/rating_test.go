@@ -1,6 +1,7 @@
 package selection
 
 import (
+	"math"
 	"testing"
 	"time"
 )
@@ -271,5 +272,105 @@ func TestRating_ProvenPeerStaysRatedAsItsRecordFades(t *testing.T) {
 	clk.Advance(5 * time.Minute)
 	if f := score(); !f.Rated || f.Score < 0.95 {
 		t.Fatalf("after ten half-lives flaky is %+v: want rated with a score near 1", f)
+	}
+}
+
+// A peer whose failures come back at once does not look fast: latency is
+// the time a worker takes to answer, so a quick refusal or error never
+// lowers it (a failure slower than the peer's answers, a timeout, still
+// raises it). Counted from every outcome, half-failing "grey" would have
+// a mean of 1ms, set the benchmark latency and rank before "ok", whose
+// answers take as long as grey's own.
+func TestRating_QuickFailuresDoNotMakeAPeerLookFast(t *testing.T) {
+	s, _ := newSelector(t, testConfig(), peer("ok", "ok"), peer("grey", "grey"), peer("slowfail", "slowfail"))
+	feed(t, s, "ok", Success, 10*time.Millisecond, 10)
+	feed(t, s, "grey", Success, 10*time.Millisecond, 5)
+	feed(t, s, "grey", RetryableError, 100*time.Microsecond, 5)
+	feed(t, s, "slowfail", Success, 10*time.Millisecond, 9)
+	feed(t, s, "slowfail", RetryableError, 500*time.Millisecond, 1) // a timeout
+	s.Refresh()
+	var order []string
+	for _, r := range s.Ranking("sha256") {
+		order = append(order, r.Peer)
+	}
+	if want := []string{"ok", "slowfail", "grey"}; !eq(order, want) {
+		t.Fatalf("ranking %v, want %v: %+v", order, want, s.Ranking("sha256"))
+	}
+	if lat := latencyOf(s, "grey"); lat < 9*time.Millisecond || lat > 11*time.Millisecond {
+		t.Fatalf("grey's latency %v, want its answers' 10ms", lat)
+	}
+	if lat := latencyOf(s, "slowfail"); lat <= 11*time.Millisecond {
+		t.Fatalf("slowfail's latency %v: its timeout must count against it", lat)
+	}
+}
+
+// latencyOf is the mean latency rating holds for a peer of "sha256".
+func latencyOf(s *Selector, id string) time.Duration {
+	for _, e := range s.snap.Load().types["sha256"].all {
+		if e.id == id {
+			return time.Duration(e.stats.read(s.clock.Now(), s.cfg.Rating.Window).latency * float64(time.Second))
+		}
+	}
+	return 0
+}
+
+// Latency differences below rating-latency-floor count as a fraction of
+// it: a worker whose last answers came in 0.2ms after the best one's (as
+// on a busy machine's loopback) is not judged worse than one that fails
+// half its work, as it would be at 3.2 times the best's latency.
+func TestRating_SubMillisecondLatencyDoesNotOutweighErrors(t *testing.T) {
+	s, _ := newSelector(t, testConfig(), peer("best", "best"), peer("stale", "stale"), peer("flaky", "flaky"))
+	feed(t, s, "best", Success, 90*time.Microsecond, 10)
+	feed(t, s, "stale", Success, 290*time.Microsecond, 10)
+	feed(t, s, "flaky", Success, 90*time.Microsecond, 5)
+	feed(t, s, "flaky", RetryableError, 90*time.Microsecond, 5)
+	s.Refresh()
+	var order []string
+	for _, r := range s.Ranking("sha256") {
+		order = append(order, r.Peer)
+	}
+	if want := []string{"best", "stale", "flaky"}; !eq(order, want) {
+		t.Fatalf("ranking %v, want %v: %+v", order, want, s.Ranking("sha256"))
+	}
+	// Above the floor latency counts as before: twice as slow costs 1.
+	s2, _ := newSelector(t, testConfig(), peer("fast", "fast"), peer("slow", "slow"))
+	feed(t, s2, "fast", Success, 20*time.Millisecond, 10)
+	feed(t, s2, "slow", Success, 40*time.Millisecond, 10)
+	s2.Refresh()
+	if r := s2.Ranking("sha256"); r[1].Peer != "slow" || math.Abs(r[1].Score-0.5) > 0.01 {
+		t.Fatalf("twice as slow: %+v, want slow with score 0.5 (cost 1)", r)
+	}
+}
+
+// A newcomer is explored one attempt at a time until its outcomes reach
+// rating-min-samples, and not one attempt more while the ranking still
+// holds it as unrated: a newcomer failing every attempt got every first
+// attempt in a row until the next refresh, which on a busy machine is
+// dozens of requests.
+func TestRating_NewcomerProvenBeforeTheRefreshIsNotExploredOn(t *testing.T) {
+	s, _ := newSelector(t, testConfig(), peer("good", "good"), peer("new", "new"))
+	feed(t, s, "good", Success, time.Millisecond, 10)
+	s.Refresh()
+	for i := range 3 { // rating-min-samples
+		p := s.Plan(Request{WorkType: "sha256"})
+		pk := mustNext(t, p)
+		if pk.Peer != "new" || pk.Rated {
+			t.Fatalf("exploration pick %d: %s (rated %v), want the unrated newcomer", i, pk.Peer, pk.Rated)
+		}
+		p.Report(pk, RetryableError, time.Millisecond)
+	}
+	// No refresh yet: the ranking still says "new" is unrated.
+	for i := range 5 {
+		p := s.Plan(Request{WorkType: "sha256"})
+		pk := mustNext(t, p)
+		if pk.Peer != "good" {
+			t.Fatalf("first pick %d after the newcomer's third outcome: %s, want good", i, pk.Peer)
+		}
+		p.Report(pk, Success, time.Millisecond)
+	}
+	// With nothing else selectable it is still tried.
+	p := s.Plan(Request{WorkType: "sha256", Labels: []string{"new"}})
+	if pk := mustNext(t, p); pk.Peer != "new" {
+		t.Fatalf("the only candidate: %s, want new", pk.Peer)
 	}
 }

@@ -23,11 +23,7 @@ func TestRating_OrdersByLatencyAndErrors(t *testing.T) {
 	feed(t, s, "flaky", Success, 2*time.Millisecond, 3)
 	feed(t, s, "flaky", RetryableError, 2*time.Millisecond, 3)
 	s.Refresh()
-	var order []string
-	for _, r := range s.Ranking("sha256") {
-		order = append(order, r.Peer)
-	}
-	if want := []string{"fast", "flaky", "slow"}; !eq(order, want) {
+	if order, want := rankingOrder(s), []string{"fast", "flaky", "slow"}; !eq(order, want) {
 		t.Fatalf("ranking %v, want %v", order, want)
 	}
 	if pk := mustNext(t, s.Plan(Request{WorkType: "sha256"})); pk.Peer != "fast" || !pk.Rated {
@@ -289,11 +285,7 @@ func TestRating_QuickFailuresDoNotMakeAPeerLookFast(t *testing.T) {
 	feed(t, s, "slowfail", Success, 10*time.Millisecond, 9)
 	feed(t, s, "slowfail", RetryableError, 500*time.Millisecond, 1) // a timeout
 	s.Refresh()
-	var order []string
-	for _, r := range s.Ranking("sha256") {
-		order = append(order, r.Peer)
-	}
-	if want := []string{"ok", "slowfail", "grey"}; !eq(order, want) {
+	if order, want := rankingOrder(s), []string{"ok", "slowfail", "grey"}; !eq(order, want) {
 		t.Fatalf("ranking %v, want %v: %+v", order, want, s.Ranking("sha256"))
 	}
 	if lat := latencyOf(s, "grey"); lat < 9*time.Millisecond || lat > 11*time.Millisecond {
@@ -325,11 +317,7 @@ func TestRating_SubMillisecondLatencyDoesNotOutweighErrors(t *testing.T) {
 	feed(t, s, "flaky", Success, 90*time.Microsecond, 5)
 	feed(t, s, "flaky", RetryableError, 90*time.Microsecond, 5)
 	s.Refresh()
-	var order []string
-	for _, r := range s.Ranking("sha256") {
-		order = append(order, r.Peer)
-	}
-	if want := []string{"best", "stale", "flaky"}; !eq(order, want) {
+	if order, want := rankingOrder(s), []string{"best", "stale", "flaky"}; !eq(order, want) {
 		t.Fatalf("ranking %v, want %v: %+v", order, want, s.Ranking("sha256"))
 	}
 	// Above the floor latency counts as before: twice as slow costs 1.
@@ -373,4 +361,13 @@ func TestRating_NewcomerProvenBeforeTheRefreshIsNotExploredOn(t *testing.T) {
 	if pk := mustNext(t, p); pk.Peer != "new" {
 		t.Fatalf("the only candidate: %s, want new", pk.Peer)
 	}
+}
+
+// rankingOrder is the peers of "sha256" in ranking order.
+func rankingOrder(s *Selector) []string {
+	var order []string
+	for _, r := range s.Ranking("sha256") {
+		order = append(order, r.Peer)
+	}
+	return order
 }

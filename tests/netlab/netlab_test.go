@@ -177,11 +177,14 @@ func TestNetlab_HolePunchBetweenSites(t *testing.T) {
 // TestNetlab_HolePunchRetriedOnceThePathOpens: two nodes behind cone NATs
 // meet through a relay while every direct packet between their sites is
 // dropped, so the hole punches made when the relayed connections arrive
-// fail and the two stay relayed. The worker punches again later (its
-// first retry 20s after it saw the peer relayed); the path opens once
-// that retry has started, long after the first punches ended, and the
-// retries make the two direct without either restarting or the relayed
-// connection closing.
+// fail and the two stay relayed. The side that accepted a relayed
+// connection punches again later (its first retry 20s after it saw the
+// peer relayed): the worker when the gateway dialed it first, the gateway
+// when the worker's own first exchange with it (its polls of the
+// gateway's echo) came first, so the retries are counted on both. The
+// path opens once a retry has started, long after the first punches
+// ended, and the retries make the two direct without either restarting or
+// the relayed connection closing.
 func TestNetlab_HolePunchRetriedOnceThePathOpens(t *testing.T) {
 	l := newLab(t)
 	l.publicHost("pa", 10)
@@ -198,18 +201,26 @@ func TestNetlab_HolePunchRetriedOnceThePathOpens(t *testing.T) {
 	lists(l, gw, id, "sha256", 30*time.Second)
 	holdsRelayAddr(l, gw, id, 30*time.Second)
 	servedBy(t, gw, worker, id, 20*time.Second)
-	l.waitFor(60*time.Second, "the worker's punches failed and it retried", func() error {
-		st, err := worker.status()
-		if err == nil && (st.NAT.HolePunchesFailed < 3 || st.NAT.HolePunchRetries == 0) {
-			err = fmt.Errorf("nat %+v", *st.NAT)
+	l.waitFor(60*time.Second, "the punches failed and one side retried", func() error {
+		ws, err := worker.status()
+		if err != nil {
+			return err
 		}
-		return err
+		gs, err := gw.status()
+		if err != nil {
+			return err
+		}
+		if ws.NAT.HolePunchesFailed+gs.NAT.HolePunchesFailed < 3 || ws.NAT.HolePunchRetries+gs.NAT.HolePunchRetries == 0 {
+			return fmt.Errorf("worker's nat %+v, gateway's %+v", *ws.NAT, *gs.NAT)
+		}
+		return nil
 	})
 	if c, err := connection(gw, id); err != nil || c != "relayed" {
 		t.Fatalf("gateway's connection to the worker while the path is blocked: %q, %v; want relayed", c, err)
 	}
 	st, _ := worker.status()
-	t.Logf("blocked: worker's nat %+v", *st.NAT)
+	gst, _ := gw.status()
+	t.Logf("blocked: worker's nat %+v, gateway's %+v", *st.NAT, *gst.NAT)
 	l.unblock("rsa")
 	opened := time.Now()
 	l.waitFor(60*time.Second, "the gateway is directly connected to the worker", func() error {

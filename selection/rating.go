@@ -166,9 +166,9 @@ const relayedCost = 0.25
 // scaled by its weight: latency relative to the best peer (a peer twice as
 // slow costs 1; a difference is measured against rating-latency-floor when
 // the best peer is faster than that, so that sub-millisecond jitter counts
-// as the fraction of a millisecond it is), error and busy rates, head lag (a peer 1 behind costs 0.5,
-// far behind nearly 1), load, and relayedCost for a peer reached through a
-// relay only.
+// as the fraction of a millisecond it is), error and busy rates, head lag
+// (a peer 1 behind costs 0.5, far behind nearly 1), load, and relayedCost
+// for a peer reached through a relay only.
 //
 // The terms from outcomes (latency, errors, busy) count in full while the
 // outcomes weigh at least rating-min-samples. A proven peer whose outcomes

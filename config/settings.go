@@ -73,7 +73,7 @@ var help = map[string]string{
 	"rating-busy-weight":     "weight of the busy/throttled rate in the rating score",
 	"rating-head-lag-weight": "weight of head lag (how far a worker's newest block trails the best one in the network) in the rating score",
 	"rating-load-weight":     "weight of current load in the rating score",
-	"rating-latency-floor":   "least latency a latency difference is measured against: a worker is compared with the fastest one's latency or this, whichever is larger (twice as slow as the fastest costs 1 above it; below it 0.2ms slower costs 0.2 at 1ms), so that sub-millisecond jitter does not outweigh errors; 0 compares with the fastest alone",
+	"rating-latency-floor":   "least latency a latency difference is measured against: a worker is compared with the fastest one's latency or this, whichever is larger (twice as slow as the fastest costs 1 above it; below it 0.2ms slower costs 0.2 at 1ms), so that sub-millisecond jitter does not outweigh errors; 0 compares with the fastest alone, and a floor far above the workers' latencies all but turns latency off",
 
 	"hedge-delay":        "how long an attempt may run before a hedge is sent: a second copy of the request to another worker, while the first still runs, for work types that are safe to run twice; the first answer wins. With hedge-quantile above 0 it is used only until a work type's delay is measured (hedge-min-samples)",
 	"hedge-max-count":    "maximum hedges (extra copies of one request, see hedge-delay) per request; 0 turns hedging off",

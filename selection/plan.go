@@ -274,7 +274,7 @@ func (p *Plan) pickLocked(hedge bool) (Pick, bool) {
 		}
 		if e != nil {
 			if first && p.s.explore != nil {
-				p.s.explore.note(!e.rated && g.rated > 0)
+				p.s.explore.note(!e.rated && !e.stats.proven.Load() && g.rated > 0)
 			}
 			p.tried = append(p.tried, tried{e: e, group: p.cursor})
 			e.stats.inflight.Add(1)

@@ -21,8 +21,15 @@ type stats struct {
 	// logLat and latN are the weighted sum of the logarithms of latencies
 	// (in seconds) and their weighted count: a geometric mean, so one
 	// stalled answer on a loaded machine does not outweigh many quick ones.
+	// They count every outcome that took time; ansLog and ansN count the
+	// answers (success, empty) alone. The peer's latency is the larger of
+	// the two means (read): a failure slower than the answers (a timeout)
+	// counts against the peer, a quick error or refusal never makes it
+	// look fast.
 	logLat float64
 	latN   float64
+	ansLog float64
+	ansN   float64
 	// proven says the peer's weighted outcomes reached rating-min-samples
 	// once: it stays rated while its outcomes fade below them, since old
 	// evidence about it is still evidence, not the silence of a newcomer.
@@ -92,6 +99,8 @@ func (s *stats) decay(now time.Time, halfLife time.Duration) {
 	s.busy *= f
 	s.logLat *= f
 	s.latN *= f
+	s.ansLog *= f
+	s.ansN *= f
 	s.last = now
 }
 
@@ -110,25 +119,28 @@ func (s *stats) record(o Outcome, latency time.Duration, now time.Time, halfLife
 	case o == Busy:
 		s.busy++
 	}
-	if latency > 0 && (o == Success || o == Empty || s.latN > 0 && latency.Seconds() > math.Exp(s.logLat/s.latN)) {
-		// Latency is how long the peer takes to answer work: an answer
-		// counts, and a failure only when it took longer than the peer's
-		// answers do (a timeout). A quick error or refusal never makes a
-		// peer look fast, nor sets the benchmark the others are judged by.
-		s.logLat += math.Log(latency.Seconds())
+	if latency > 0 {
+		l := math.Log(latency.Seconds())
+		s.logLat += l
 		s.latN++
+		if o == Success || o == Empty {
+			s.ansLog += l
+			s.ansN++
+		}
 	}
 	if s.n >= minSamples {
 		s.proven.Store(true)
 	}
 }
 
-// view is a point-in-time reading of stats; latency is the geometric mean.
+// view is a point-in-time reading of stats; latency is the geometric mean
+// of every outcome that took time or of the answers alone, whichever is
+// larger (see stats.logLat), and answered says some of it is answers.
 // rated says the peer is judged on its outcomes: they weigh at least
 // minSamples now, or did once (stats.proven).
 type view struct {
 	n, errRate, busyRate, latency float64
-	rated                         bool
+	rated, answered               bool
 }
 
 func (s *stats) read(now time.Time, halfLife time.Duration) view {
@@ -142,20 +154,25 @@ func (s *stats) read(now time.Time, halfLife time.Duration) view {
 	if s.latN > 0 {
 		v.latency = math.Exp(s.logLat / s.latN)
 	}
+	if s.ansN > 0 {
+		v.latency = max(v.latency, math.Exp(s.ansLog/s.ansN))
+		v.answered = true
+	}
 	return v
 }
 
 // scoreInputs are the terms of one peer's score for one work type.
 type scoreInputs struct {
 	view
-	bestLatency float64 // the lowest mean latency among rated peers of the type
+	bestLatency float64 // the lowest mean latency among rated peers of the type that answered
 	headLag     float64 // blocks behind the highest head of the type; 0 when unknown
 	load        float64 // advertised utilisation, 0 (idle) to 1 (full) and beyond
 	relayed     bool    // reached through a relay only
 }
 
 // relayedCost is what a peer reached through a relay only adds to its
-// cost, as much as answering a quarter slower than the best peer: among
+// cost, as much as answering a quarter slower than the best peer (a
+// quarter of rating-latency-floor slower, when the best is faster): among
 // otherwise equal peers a direct one wins (a relayed connection takes a
 // third host's way and has a data limit), yet a relayed peer clearly
 // better than the rest is still chosen.

@@ -2,6 +2,7 @@ package selection
 
 import (
 	"math"
+	"slices"
 	"testing"
 	"time"
 )
@@ -370,4 +371,35 @@ func rankingOrder(s *Selector) []string {
 		order = append(order, r.Peer)
 	}
 	return order
+}
+
+// A peer that has only failed is judged on how long its failures took:
+// one whose every attempt times out after 5s ranks behind a working peer
+// six times slower than the best, not before it. A peer whose failures
+// come back at once and that never answered does not set the benchmark
+// latency either.
+func TestRating_APeerThatOnlyFailsIsJudgedOnItsWaits(t *testing.T) {
+	s, _ := newSelector(t, testConfig(), peer("fast", "fast"), peer("slowok", "slowok"), peer("timeouts", "timeouts"), peer("refuses", "refuses"))
+	feed(t, s, "fast", Success, 20*time.Millisecond, 10)
+	feed(t, s, "slowok", Success, 120*time.Millisecond, 10)
+	feed(t, s, "timeouts", RetryableError, 5*time.Second, 10)
+	feed(t, s, "refuses", RetryableError, 50*time.Microsecond, 10)
+	s.Refresh()
+	order := rankingOrder(s)
+	if order[0] != "fast" || slices.Index(order, "slowok") > slices.Index(order, "timeouts") {
+		t.Fatalf("ranking %v: want fast first and slowok before timeouts: %+v", order, s.Ranking("sha256"))
+	}
+	// fast's score stays 1: refuses' quick failures did not become the
+	// benchmark it is compared with.
+	if r := s.Ranking("sha256"); r[0].Score < 0.999 {
+		t.Fatalf("fast scores %.3f: a peer that never answered set the benchmark latency (%+v)", r[0].Score, r)
+	}
+	// Timeouts before a peer's first answer still count against it.
+	s2, _ := newSelector(t, testConfig(), peer("a", "a"), peer("b", "b"))
+	feed(t, s2, "a", Success, 10*time.Millisecond, 10)
+	feed(t, s2, "b", RetryableError, 5*time.Second, 3)
+	feed(t, s2, "b", Success, 10*time.Millisecond, 3)
+	if lat := latencyOf(s2, "b"); lat < 100*time.Millisecond {
+		t.Fatalf("b's latency %v after 3 timeouts of 5s and 3 answers of 10ms: its early timeouts were dropped", lat)
+	}
 }

@@ -439,7 +439,8 @@ func (s *Selector) buildView(name string, entries []*entry) *typeView {
 		// benchmark latency: a dead peer's old quick answers must not make
 		// the survivors look slow next to a grey peer.
 		if v.n >= float64(max(1, s.cfg.Rating.MinSamples)) {
-			if e.health.load() == StateAlive && v.latency > 0 && (best == 0 || v.latency < best) {
+			// A peer that only failed quickly never answered in that time.
+			if e.health.load() == StateAlive && v.answered && v.latency > 0 && (best == 0 || v.latency < best) {
 				best = v.latency
 			}
 		}

@@ -308,8 +308,8 @@ type wstream struct {
 	first   [1]byte
 	pending bool
 	// hdr is room for the length of the request frame read next, and
-	// lastType the work type of the last request (decodeRequest returns
-	// it, not a copy, for the next request of the same type).
+	// lastType the work type of the last request (decodeRequestAs
+	// returns it, not a copy, for the next request of the same type).
 	hdr      frame.Header
 	lastType string
 	// watch is the watchdog of the last request, whose read is the

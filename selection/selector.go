@@ -435,11 +435,10 @@ func (s *Selector) buildView(name string, entries []*entry) *typeView {
 		}
 		v := s.views[e.idx]
 		e.rated = v.rated
-		// Only peers with outcomes enough now that can be chosen set the
-		// benchmark latency: a dead peer's old quick answers must not make
-		// the survivors look slow next to a grey peer.
+		// Only peers with outcomes enough now that can be chosen and that
+		// answered set the benchmark latency: neither a dead peer's old quick
+		// answers nor quick failures may make the survivors look slow.
 		if v.n >= float64(max(1, s.cfg.Rating.MinSamples)) {
-			// A peer that only failed quickly never answered in that time.
 			if e.health.load() == StateAlive && v.answered && v.latency > 0 && (best == 0 || v.latency < best) {
 				best = v.latency
 			}

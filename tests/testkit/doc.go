@@ -1,6 +1,6 @@
 // Package testkit holds the helpers workmesh's tests share: a clock tests
-// move by hand, a wait for a condition with a deadline, and the lookup of a
-// metric's value in a scrape.
+// move by hand, a wait for a condition with a deadline, the lookup of a
+// metric's value in a scrape, and an HTTP server that answers in bursts.
 //
 // It imports the standard library, testing and the Prometheus client
 // libraries only, nothing of workmesh, so that every package's tests can

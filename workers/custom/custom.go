@@ -30,6 +30,9 @@ type Options struct {
 	// MaxOutput is the largest result, in bytes, when a type sets no
 	// max-output of its own: the payload limit of the work protocol.
 	MaxOutput int
+	// LocalConcurrency is how many runs the node's local worker makes at
+	// once (local-concurrency); 0 when not known.
+	LocalConcurrency int
 }
 
 // New builds the custom types of cfg, by name. A type that cannot be

@@ -66,7 +66,7 @@ func NewService(name string, c config.CustomTypeConfig, o Options) (*Service, er
 			Transport: &http.Transport{
 				Proxy:               nil,
 				DialContext:         (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
-				MaxIdleConnsPerHost: 16,
+				MaxIdleConnsPerHost: idleConns(c, o),
 				IdleConnTimeout:     90 * time.Second,
 			},
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
@@ -87,6 +87,19 @@ func NewService(name string, c config.CustomTypeConfig, o Options) (*Service, er
 		s.health = errors.New("health-url not polled yet")
 	}
 	return s, nil
+}
+
+// idleConns is how many connections to the service stay open between runs:
+// one for every run that can be under way at once (the type's concurrency,
+// within local-concurrency) and one for the health poll, so that a steady
+// load reuses them rather than closing, at each lull, those over a fixed
+// idle limit and opening them again. At least 16.
+func idleConns(c config.CustomTypeConfig, o Options) int {
+	runs := o.LocalConcurrency
+	if c.Concurrency > 0 && (runs <= 0 || c.Concurrency < runs) {
+		runs = c.Concurrency
+	}
+	return max(16, runs+1)
 }
 
 // HostPort is the host:port an http or https URL connects to, or "" when

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -170,5 +171,33 @@ func TestNewRefusesBadTypes(t *testing.T) {
 	}
 	if tr := ts["plain"].Traits(); tr.Idempotent != nil || tr.Deterministic {
 		t.Fatalf("plain traits %+v: a type promises nothing unless declared", tr)
+	}
+}
+
+// A service type keeps a connection open for every run that can be under
+// way at once: bursts of as many concurrent runs as local-concurrency
+// allows reuse the connections of the first instead of closing those over
+// a fixed idle limit and opening them again.
+func TestServiceKeepsAConnectionPerConcurrentRun(t *testing.T) {
+	const runs = 32
+	srv := testkit.NewBurstServer(t, runs, "ok")
+	s, err := NewService("enrich", config.CustomTypeConfig{URL: srv.URL}, Options{MaxOutput: workers.DefaultMaxPayload, LocalConcurrency: runs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for burst := range 3 {
+		var wg sync.WaitGroup
+		for range runs {
+			wg.Go(func() {
+				if r := s.Do(context.Background(), []byte("x")); r.Outcome != workers.Success {
+					t.Errorf("burst %d: %v %q", burst, r.Outcome, r.Error)
+				}
+			})
+		}
+		wg.Wait()
+	}
+	if n := srv.Opened(); n != runs {
+		t.Fatalf("3 bursts of %d concurrent runs opened %d connections to the service, want %d (one per run under way, kept between bursts)", runs, n, runs)
 	}
 }

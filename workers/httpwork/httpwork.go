@@ -125,6 +125,7 @@ type options struct {
 	maxResult    int
 	timeout      time.Duration
 	agent        string
+	concurrency  int
 }
 
 // Option adjusts an Handler.
@@ -182,6 +183,20 @@ func WithTimeout(d time.Duration) Option {
 	}
 }
 
+// WithConcurrency says how many fetches can run at once (the node's
+// local-concurrency): that many connections to one host stay open between
+// fetches (at least 4), so that a steady load on one site reuses them
+// rather than closing and opening again those over the idle limit.
+func WithConcurrency(n int) Option {
+	return func(o *options) error {
+		if n < 1 {
+			return fmt.Errorf("http work type: concurrency %d: want at least 1", n)
+		}
+		o.concurrency = n
+		return nil
+	}
+}
+
 // WithUserAgent sets the User-Agent sent when the payload sets none
 // (default "workmesh").
 func WithUserAgent(ua string) Option {
@@ -216,11 +231,13 @@ func New(cfg config.HTTPConfig, opts ...Option) (*Handler, error) {
 	transport := &http.Transport{
 		// No proxy, ever: a proxy would dial for us and the address check
 		// below would see only the proxy.
-		Proxy:                 nil,
-		DialContext:           h.dial,
-		ForceAttemptHTTP2:     true,
-		MaxIdleConns:          64,
-		MaxIdleConnsPerHost:   4,
+		Proxy:             nil,
+		DialContext:       h.dial,
+		ForceAttemptHTTP2: true,
+		// Room for every fetch that can run at once to find its host's
+		// connection open again (WithConcurrency).
+		MaxIdleConns:          max(64, o.concurrency),
+		MaxIdleConnsPerHost:   max(4, o.concurrency),
 		IdleConnTimeout:       90 * time.Second,
 		TLSHandshakeTimeout:   10 * time.Second,
 		ExpectContinueTimeout: time.Second,

@@ -12,11 +12,13 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/workmesh/workmesh/config"
+	"github.com/workmesh/workmesh/tests/testkit"
 	"github.com/workmesh/workmesh/workers"
 )
 
@@ -469,5 +471,28 @@ func TestHTTPHandler_BinaryBodyNotInflatedPastTheLimit(t *testing.T) {
 	defer small.Close()
 	if r := small.Do(context.Background(), []byte(srv.URL)); r.Outcome != workers.PermanentError || !strings.Contains(r.Error, "max-result") {
 		t.Fatalf("body over max-result: %s %q", r.Outcome, r.Error)
+	}
+}
+
+// With WithConcurrency, a fetch keeps its connection open for every fetch
+// that can run at once: bursts of that many concurrent fetches of one host
+// reuse the connections of the first.
+func TestHTTPHandler_KeepsAConnectionPerConcurrentFetch(t *testing.T) {
+	const fetches = 16
+	srv := testkit.NewBurstServer(t, fetches, "hello")
+	h := newHTTP(t, []string{"127.0.0.0/8"}, 1<<10, WithConcurrency(fetches))
+	for burst := range 3 {
+		var wg sync.WaitGroup
+		for range fetches {
+			wg.Go(func() {
+				if r := doHTTP(h, srv.URL); r.Outcome != workers.Success {
+					t.Errorf("burst %d: %v %q", burst, r.Outcome, r.Error)
+				}
+			})
+		}
+		wg.Wait()
+	}
+	if n := srv.Opened(); n != fetches {
+		t.Fatalf("3 bursts of %d concurrent fetches opened %d connections, want %d (one per fetch under way, kept between bursts)", fetches, n, fetches)
 	}
 }

@@ -109,6 +109,7 @@ type options struct {
 	timeout     time.Duration
 	onHead      func(uint64)
 	client      *http.Client
+	concurrency int
 }
 
 // Option adjusts a Relay.
@@ -164,6 +165,19 @@ func WithHeadChange(f func(head uint64)) Option {
 	}
 }
 
+// WithConcurrency says how many relays can run at once (the node's
+// local-concurrency), so that as many connections to the upstream stay
+// open between them (at least 64). It has no effect with WithClient.
+func WithConcurrency(n int) Option {
+	return func(o *options) error {
+		if n < 1 {
+			return fmt.Errorf("jsonrpc: concurrency %d: want at least 1", n)
+		}
+		o.concurrency = n
+		return nil
+	}
+}
+
 // WithClient sets the HTTP client for the upstream (default: one
 // of its own, with the environment's proxy settings).
 func WithClient(c *http.Client) Option {
@@ -214,7 +228,9 @@ func New(ctx context.Context, cfg config.JSONRPCConfig, log logrus.FieldLogger, 
 	}
 	if j.client == nil {
 		t := http.DefaultTransport.(*http.Transport).Clone()
-		t.MaxIdleConnsPerHost = 64 // a relay sends many requests to one host
+		// A relay sends many requests to one host: every relay that can
+		// run at once, and the head poll, finds its connection open again.
+		t.MaxIdleConnsPerHost = max(64, o.concurrency+1)
 		j.client = &http.Client{Transport: t}
 	}
 	j.direct = directTransport(j.client, u)

@@ -82,14 +82,14 @@ func newExtraTypes(ctx context.Context, cfg config.Config, log *logrus.Logger) (
 		}
 	}
 	if len(served) > 0 {
-		ct, err := custom.New(served, custom.Options{MaxOutput: cfg.Limits.MaxResult})
+		ct, err := custom.New(served, custom.Options{MaxOutput: cfg.Limits.MaxResult, LocalConcurrency: cfg.Worker.LocalConcurrency})
 		if err != nil {
 			return nil, usageError(err)
 		}
 		e.custom = ct
 	}
 	if slices.Contains(cfg.Node.WorkTypes, httpwork.Type) {
-		h, err := httpwork.New(cfg.HTTP, httpwork.WithMaxResult(cfg.Limits.MaxResult),
+		h, err := httpwork.New(cfg.HTTP, httpwork.WithMaxResult(cfg.Limits.MaxResult), httpwork.WithConcurrency(cfg.Worker.LocalConcurrency),
 			httpwork.WithMaxOutput(workers.WireLimit(cfg.Limits.MaxPayload, cfg.Limits.MaxResult)))
 		if err != nil {
 			e.close()
@@ -99,7 +99,7 @@ func newExtraTypes(ctx context.Context, cfg config.Config, log *logrus.Logger) (
 	}
 	switch {
 	case cfg.JSONRPC.Upstream != "":
-		j, err := jsonrpc.New(ctx, cfg.JSONRPC, log, jsonrpc.WithMaxResponse(cfg.Limits.MaxResult), jsonrpc.WithHeadChange(func(uint64) {
+		j, err := jsonrpc.New(ctx, cfg.JSONRPC, log, jsonrpc.WithMaxResponse(cfg.Limits.MaxResult), jsonrpc.WithConcurrency(cfg.Worker.LocalConcurrency), jsonrpc.WithHeadChange(func(uint64) {
 			if f := e.announce.Load(); f != nil {
 				(*f)()
 			}

@@ -170,3 +170,35 @@ func hasHedge(res dispatch.WorkResult) bool {
 	}
 	return false
 }
+
+// A worker that runs the work until its time runs out (and then says
+// retryable, as a killed command or a cancelled sleep does) has used the
+// request's deadline: the request ends as timed out, and no other worker,
+// nor the local one, is started on it with the few milliseconds the way
+// back left, where work with side effects would run a second time.
+func TestDispatch_WorkThatRanOutOfTimeEndsTheRequestAsTimedOut(t *testing.T) {
+	hits := newHitCounter()
+	untilDeadline := func(name string) workers.Handler {
+		return counting(name, hits, workers.HandlerFunc(func(ctx context.Context, _ []byte) workers.Result {
+			<-ctx.Done()
+			return workers.Fail(workers.RetryableError, "%s: killed: its deadline passed", name)
+		}))
+	}
+	gw := startMember(t, hits, memberSpec{name: "gateway", handlers: map[string]workers.Handler{"job": untilDeadline("local")}}, nil)
+	ms := []*member{
+		startMember(t, hits, memberSpec{name: "w1", handlers: map[string]workers.Handler{"job": untilDeadline("w1")}}, gw),
+		startMember(t, hits, memberSpec{name: "w2", handlers: map[string]workers.Handler{"job": untilDeadline("w2")}}, gw),
+	}
+	waitRanked(t, gw, "job", 2)
+	name := peerName(append(ms, gw)...)
+	for i := range 3 {
+		hits.reset()
+		res := gw.submit(t, dispatch.WorkRequest{Type: "job", Payload: []byte("x"), Timeout: 600 * time.Millisecond})
+		if res.Status != apiv1.StatusTimeout || len(res.Attempts) != 1 || hits.total() != 1 {
+			t.Fatalf("request %d: %s; runs %d; want a timeout after the one attempt that used the deadline, and no other run", i, describe(res, name), hits.total())
+		}
+		if want := "no result within 600ms"; res.Error != want {
+			t.Fatalf("request %d: error %q, want %q", i, res.Error, want)
+		}
+	}
+}

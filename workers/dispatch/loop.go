@@ -3,6 +3,7 @@ package dispatch
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -77,6 +78,10 @@ type attemptResult struct {
 	resp    protocol.Response
 	err     error
 	dur     time.Duration
+	// outOfTime says the attempt failed once the worker's time for the
+	// work (its budget, see workBudget) was up: it used the request's
+	// deadline, and what is left of it is only the way back.
+	outOfTime bool
 }
 
 // remote runs the remote attempts of a request. A result with an empty
@@ -125,6 +130,13 @@ func (l *attemptLoop) run(s strategy) {
 				return
 			}
 			if l.cutShort() {
+				return
+			}
+			if r.outOfTime {
+				// No other worker, nor the local one, starts the work
+				// again in the milliseconds left: work with side effects
+				// would run twice, and could not finish anyway.
+				l.res.Status, l.res.Error = apiv1.StatusTimeout, fmt.Sprintf("no result within %s", requestTimeout(l.req))
 				return
 			}
 			if v == selection.Retry {
@@ -329,12 +341,15 @@ func (d *Dispatcher) attempt(ctx context.Context, req WorkRequest, pk selection.
 	// may take all of it. What bounds a worker that has gone silent is the
 	// accept timeout: a worker that has not taken the work within it is
 	// given up, and the request goes on to the next candidate.
+	budget := d.workBudget(ctx, pk.Peer)
+	called := time.Now()
 	resp, err := d.client.Do(ctx, id, protocol.Request{
 		ID: req.ID, Type: req.Type, Payload: req.Payload,
-		Timeout:       d.workBudget(ctx, pk.Peer),
+		Timeout:       budget,
 		AcceptTimeout: d.acceptWait(pk.Peer),
 	})
 	r.dur = time.Since(start)
+	took := time.Since(called)
 	r.resp, r.err = resp, err
 	switch {
 	case err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded):
@@ -354,6 +369,7 @@ func (d *Dispatcher) attempt(ctx context.Context, req WorkRequest, pk selection.
 		d.sel.Liveness().ReportAnswer(pk.Peer)
 		d.answerLoad(pk.Peer, resp.Load)
 	}
+	r.outOfTime = budget > 0 && took >= budget && r.outcome != workers.Success && r.outcome != workers.Empty
 	return r
 }
 

@@ -109,7 +109,13 @@ func coerce(k kind, v any) (any, error) {
 			// environment read it.
 			return splitList(list), nil
 		case []string:
-			return append([]string{}, list...), nil
+			// A flag's comma-separated entries, trimmed as splitList
+			// trims the environment's: "--labels 'a, b'" is a and b.
+			out := make([]string, len(list))
+			for i, e := range list {
+				out[i] = strings.TrimSpace(e)
+			}
+			return out, nil
 		case []any:
 			out := make([]string, len(list))
 			for i, e := range list {

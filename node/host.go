@@ -252,14 +252,23 @@ func newNodeHost(key crypto.PrivKey, netName, version string, listen []ma.Multia
 	if closeDialer != nil {
 		h.after = append(h.after, closeDialer)
 	}
-	closers = []func() error{h.Close}
+	// A basic host that fails before Start (a listen address in use)
+	// is started to be closed: AutoNAT's server, among its parts, learns
+	// its host only in Start, and its Close would panic without it.
+	started := false
+	closers = []func() error{func() error {
+		if !started {
+			bh.Start()
+		}
+		return h.Close()
+	}}
 	if nat.services {
 		if err := client.AddTransport(bh, up); err != nil {
 			return nil, fmt.Errorf("libp2p host: relay transport: %w", err)
 		}
 	}
 	if err := sw.Listen(listen...); err != nil {
-		return nil, fmt.Errorf("libp2p host: listen: %w", err)
+		return nil, fmt.Errorf("%w: %w", ErrListen, err)
 	}
 	observed.Start(sw)
 	if err := st.watch(bh); err != nil {
@@ -279,6 +288,7 @@ func newNodeHost(key crypto.PrivKey, netName, version string, listen []ma.Multia
 		punch.start()
 	}
 	bh.Start()
+	started = true
 	if !nat.services {
 		return h, nil
 	}
@@ -582,18 +592,43 @@ func (h *nodeHost) Close() error {
 	return nil
 }
 
+// ErrListen means the node could not listen on its listen addresses: a
+// port another process holds, an address not of this machine.
+var ErrListen = errors.New("cannot listen on the listen addresses")
+
 // ParseListen parses listen multiaddrs.
 func ParseListen(addrs []string) ([]ma.Multiaddr, error) {
 	if len(addrs) == 0 {
 		return nil, errors.New("no listen address")
 	}
 	out := make([]ma.Multiaddr, 0, len(addrs))
-	for _, s := range addrs {
+	seen := map[string]int{}
+	for i, s := range addrs {
 		a, err := ma.NewMultiaddr(s)
 		if err != nil {
 			return nil, fmt.Errorf("listen address %q: %w", s, err)
 		}
+		if !listenable(a) {
+			return nil, fmt.Errorf("listen address %q: a node listens on /ip4/<address>/udp/<port>/quic-v1 or /ip4/<address>/tcp/<port> (or /ip6/...)", s)
+		}
+		if j, dup := seen[a.String()]; dup {
+			return nil, fmt.Errorf("listen address %q is given twice (entries %d and %d)", s, j+1, i+1)
+		}
+		seen[a.String()] = i
 		out = append(out, a)
 	}
 	return out, nil
+}
+
+// listenable reports whether a is an address the node's transports listen
+// on: QUIC over UDP or TCP, on an IP address.
+func listenable(a ma.Multiaddr) bool {
+	var codes []int
+	for _, c := range a {
+		codes = append(codes, c.Code())
+	}
+	if len(codes) < 2 || codes[0] != ma.P_IP4 && codes[0] != ma.P_IP6 {
+		return false
+	}
+	return slices.Equal(codes[1:], []int{ma.P_TCP}) || slices.Equal(codes[1:], []int{ma.P_UDP, ma.P_QUIC_V1})
 }

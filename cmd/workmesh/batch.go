@@ -48,6 +48,9 @@ type batchResult struct {
 	Status string `json:"status"`
 	Error  string `json:"error,omitempty"`
 	*apiv1.WorkResponse
+	// unusable is the error of an API no other line would get past
+	// (errAPIUnusable): the batch stops at it.
+	unusable error
 }
 
 // batchJob is one line of the batch file, parsed.
@@ -88,7 +91,7 @@ func runBatch(ctx context.Context, o submitOptions, stdin io.Reader, stdout, std
 		}
 		defer f.Close()
 		if total, err = countLines(f); err != nil {
-			return fmt.Errorf("--file %s: %w", o.file, err)
+			return usageError{fmt.Errorf("--file %s: %w", o.file, err)} // a directory, say
 		}
 		if _, err := f.Seek(0, io.SeekStart); err != nil {
 			return fmt.Errorf("--file %s: %w", o.file, err)
@@ -124,7 +127,7 @@ func runBatch(ctx context.Context, o submitOptions, stdin io.Reader, stdout, std
 	enc := json.NewEncoder(stdout)
 	tick := time.NewTicker(progressTick)
 	defer tick.Stop()
-	var writeErr error
+	var writeErr, unusable error
 	for done := false; !done; {
 		select {
 		case r, ok := <-results:
@@ -138,6 +141,12 @@ func runBatch(ctx context.Context, o submitOptions, stdin io.Reader, stdout, std
 				}
 			}
 			sum.add(r)
+			if r.unusable != nil && unusable == nil {
+				// Every other line would end the same way (and a node
+				// that refuses the token slows each refusal down).
+				unusable = r.unusable
+				cancel()
+			}
 			if r.Status == batchInvalid || r.Status == batchError {
 				p.note(fmt.Sprintf("line %d: %s", r.Line, r.Error))
 			}
@@ -148,11 +157,13 @@ func runBatch(ctx context.Context, o submitOptions, stdin io.Reader, stdout, std
 	}
 	wg.Wait()
 	p.update(sum.done, sum.ok, sum.failed, true)
-	interrupted := ctx.Err() != nil && writeErr == nil
+	interrupted := ctx.Err() != nil && writeErr == nil && unusable == nil
 	sum.print(stderr, total, interrupted)
 	switch {
 	case writeErr != nil:
 		return fmt.Errorf("write results: %w", writeErr)
+	case unusable != nil:
+		return exitError{exitUnavailable, fmt.Errorf("batch stopped after %d requests: %w", sum.done, unusable)}
 	case readErr != nil:
 		return fmt.Errorf("--file %s: %w", o.file, readErr)
 	case interrupted:
@@ -295,7 +306,11 @@ func runBatchJob(ctx context.Context, api string, j batchJob) batchResult {
 		return batchResult{Line: j.line, Status: batchCancelled, Error: "interrupted before the node answered"}
 	}
 	if err != nil {
-		return batchResult{Line: j.line, Status: batchError, Error: err.Error()}
+		r := batchResult{Line: j.line, Status: batchError, Error: err.Error()}
+		if errors.Is(err, errAPIUnusable) {
+			r.unusable = err
+		}
+		return r
 	}
 	resp := ans.resp
 	return batchResult{Line: j.line, Status: string(resp.Status), Error: resp.Error, WorkResponse: &resp}

@@ -8,9 +8,11 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net"
 	"net/http"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -146,9 +148,40 @@ func authorize(req *http.Request) {
 	}
 }
 
+// errAPIUnusable marks an answer that no other request to the same API
+// would get past: the API cannot be reached, or it refuses the token. A
+// batch stops at the first one.
+var errAPIUnusable = errors.New("the node's API cannot be used")
+
+// apiURL returns the URL of path on the node's API at api: host:port, or
+// http://host:port as a browser would show it. Anything else (another
+// scheme, a path, no port) is a usage error naming the flag, rather than
+// an address made up from it and looked up.
+func apiURL(api, path string) (string, error) {
+	hostPort := strings.TrimSuffix(strings.TrimPrefix(api, "http://"), "/")
+	host, port, err := net.SplitHostPort(hostPort)
+	if err == nil && (host == "" || strings.ContainsAny(host, "/?#@")) {
+		err = errors.New("no host")
+	}
+	if err == nil {
+		if n, perr := strconv.Atoi(port); perr != nil || n < 1 || n > 65535 {
+			err = fmt.Errorf("port %q is not a number from 1 to 65535", port)
+		}
+	}
+	if err != nil {
+		return "", usageError{fmt.Errorf("--api %q: want the node's API as host:port, such as 127.0.0.1:7400 (%v)", api, err)}
+	}
+	return "http://" + hostPort + path, nil
+}
+
 // errAPINotFound means the node does not serve the path asked for (an
 // older node).
 var errAPINotFound = errors.New("not served by this node")
+
+// unreachable is the error of a request that found no API at api.
+func unreachable(api string, err error) error {
+	return exitError{exitUnavailable, fmt.Errorf("cannot reach the node's API at %s (is a node or devnet running? see --api or %s): %w%.0w", api, apiEnv, err, errAPIUnusable)}
+}
 
 // apiGet sends GET path to the API at api and decodes the JSON answer into
 // out. An API that cannot be reached is an error with exit code 2, naming
@@ -156,7 +189,10 @@ var errAPINotFound = errors.New("not served by this node")
 func apiGet(ctx context.Context, api, path string, out any) error {
 	ctx, cancel := context.WithTimeout(ctx, clientTimeout)
 	defer cancel()
-	url := "http://" + api + path
+	url, err := apiURL(api, path)
+	if err != nil {
+		return err
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return usageError{fmt.Errorf("--api %q: %w", api, err)}
@@ -164,7 +200,7 @@ func apiGet(ctx context.Context, api, path string, out any) error {
 	authorize(req)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return exitError{exitUnavailable, fmt.Errorf("cannot reach the node's API at %s (is a node or devnet running? see --api or %s): %w", api, apiEnv, err)}
+		return unreachable(api, err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxViewResponse))

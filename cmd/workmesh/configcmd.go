@@ -99,13 +99,17 @@ func newConfigValidateCommand() *cobra.Command {
 }
 
 // checkAPI checks the API's address and token as node start would, with
-// --api-token-file when given.
+// --api-token-file when given, and what node start parses before it
+// starts anything (checkStartable).
 func checkAPI(cmd *cobra.Command, configFile string) error {
 	cfg, err := config.Load(settingsOptions(cmd, configFile))
 	if err != nil {
 		return configError(err)
 	}
-	return takeTokenFile(cmd, &cfg)
+	if err := takeTokenFile(cmd, &cfg); err != nil {
+		return err
+	}
+	return checkStartable(cfg)
 }
 
 // configSetting is one line of `config print --output json|yaml`.

@@ -61,7 +61,10 @@ func newNetworkPublishCommand() *cobra.Command {
 func postRevocation(ctx context.Context, api string, b []byte) (node.RevocationAnswer, error) {
 	ctx, cancel := context.WithTimeout(ctx, clientTimeout)
 	defer cancel()
-	url := "http://" + api + node.RevocationsPath
+	url, err := apiURL(api, node.RevocationsPath)
+	if err != nil {
+		return node.RevocationAnswer{}, err
+	}
 	body, err := json.Marshal(node.RevocationRequest{Revocation: b})
 	if err != nil {
 		return node.RevocationAnswer{}, err
@@ -74,7 +77,7 @@ func postRevocation(ctx context.Context, api string, b []byte) (node.RevocationA
 	authorize(req)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return node.RevocationAnswer{}, exitError{exitUnavailable, fmt.Errorf("cannot reach the node's API at %s (is a node running? see --api or %s): %w", api, apiEnv, err)}
+		return node.RevocationAnswer{}, unreachable(api, err)
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxViewResponse))

@@ -63,16 +63,8 @@ func newNodeStartCommand() *cobra.Command {
 			if err := takeTokenFile(cmd, &cfg); err != nil {
 				return err
 			}
-			// Checked here, before anything starts, so that a typo in a
-			// bootstrap address is a usage error naming it.
-			if _, err := node.ParseBootstrap(cfg.Node.Bootstrap); err != nil {
-				return usageError{err}
-			}
-			if _, err := node.ParseListen(cfg.Node.Listen); err != nil {
-				return usageError{err}
-			}
-			if _, err := builtin.NewRegistry(builtinTypes(cfg.Node.WorkTypes, cfg.CustomTypes)...); err != nil {
-				return usageError{fmt.Errorf("--work-types: %w", err)}
+			if err := checkStartable(cfg); err != nil {
+				return err
 			}
 			log, err := newLogger(cfg.Node.LogLevel, cfg.Node.LogFormat)
 			if err != nil {
@@ -81,8 +73,9 @@ func newNodeStartCommand() *cobra.Command {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			s, err := startStack(ctx, cfg, log)
-			if errors.Is(err, node.ErrDataDirInUse) {
-				// Another node runs on this data dir: how this one was
+			if errors.Is(err, node.ErrDataDirInUse) || errors.Is(err, node.ErrListen) || errors.Is(err, syscall.EADDRINUSE) {
+				// Another node runs on this data dir, or another process
+				// holds a port it is to listen on: how this one was
 				// started is the problem, so it exits 2 as a usage error.
 				return usageError{err}
 			}
@@ -180,4 +173,24 @@ func printStartup(w io.Writer, n *node.Node) {
 		fmt.Fprintf(w, "api: %s\n", api)
 	}
 	fmt.Fprintln(w, "ready")
+}
+
+// checkStartable checks what node start parses before anything starts,
+// as `config validate` does too: the bootstrap and listen addresses and
+// the work types. Every problem is named, each a usage error.
+func checkStartable(cfg config.Config) error {
+	var errs []error
+	if _, err := node.ParseBootstrap(cfg.Node.Bootstrap); err != nil {
+		errs = append(errs, err)
+	}
+	if _, err := node.ParseListen(cfg.Node.Listen); err != nil {
+		errs = append(errs, err)
+	}
+	if _, err := builtin.NewRegistry(builtinTypes(cfg.Node.WorkTypes, cfg.CustomTypes)...); err != nil {
+		errs = append(errs, fmt.Errorf("--work-types: %w", err))
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return usageError{errors.Join(errs...)}
 }

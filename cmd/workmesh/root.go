@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"runtime/debug"
+	"strings"
 
 	"github.com/sirupsen/logrus"
 	"github.com/spf13/cobra"
@@ -42,7 +43,26 @@ func exitCode(err error) int {
 	if errors.As(err, &ee) {
 		return ee.code
 	}
+	if strings.HasPrefix(err.Error(), "unknown command ") {
+		return 2 // cobra's, for a command that does not exist
+	}
 	return 1
+}
+
+// usageArgs makes the argument checks of cmd and its subcommands usage
+// errors (exit code 2): too many arguments, too few, a wrong one.
+func usageArgs(cmd *cobra.Command) {
+	if check := cmd.Args; check != nil {
+		cmd.Args = func(c *cobra.Command, args []string) error {
+			if err := check(c, args); err != nil {
+				return usageError{err}
+			}
+			return nil
+		}
+	}
+	for _, sub := range cmd.Commands() {
+		usageArgs(sub)
+	}
 }
 
 func newRootCommand() *cobra.Command {
@@ -75,6 +95,7 @@ func newRootCommand() *cobra.Command {
 		newStatusCommand(), newConfigCommand(), newDevnetCommand(), newNetworkCommand())
 	// cobra's completion command: `workmesh completion bash|zsh|fish|powershell`.
 	root.CompletionOptions.HiddenDefaultCmd = false
+	usageArgs(root)
 	return root
 }
 

@@ -49,12 +49,15 @@ type submitOptions struct {
 	workType    string
 	payload     string
 	payloadFile string
-	timeout     time.Duration
-	labels      []string
-	minHead     uint64
-	hasMinHead  bool
-	output      string
-	explain     bool
+	// payloadSet says --payload was given, even empty: an empty payload
+	// is one, and stdin is not read for it.
+	payloadSet bool
+	timeout    time.Duration
+	labels     []string
+	minHead    uint64
+	hasMinHead bool
+	output     string
+	explain    bool
 	// Batches: file of JSON lines, at most concurrency at once.
 	file        string
 	concurrency int
@@ -96,6 +99,10 @@ func newSubmitCommand() *cobra.Command {
 				}
 			}
 			o.hasMinHead = cmd.Flags().Changed("min-head")
+			o.payloadSet = cmd.Flags().Changed("payload")
+			for i := range o.labels { // "--labels 'a, b'" is a and b, as node start reads it
+				o.labels[i] = strings.TrimSpace(o.labels[i])
+			}
 			if o.file != "" {
 				ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 				defer stop()
@@ -108,7 +115,7 @@ func newSubmitCommand() *cobra.Command {
 	f.StringVar(&o.api, "api", config.Defaults().Node.API, "address of the node's local HTTP API (env "+apiEnv+")")
 	f.StringVarP(&o.workType, "type", "t", "", "work type, e.g. echo, sha256 or sleep (required)")
 	f.StringVarP(&o.payload, "payload", "p", "", "the payload, as text")
-	f.StringVarP(&o.payloadFile, "payload-file", "f", "", "read the payload from this file")
+	f.StringVarP(&o.payloadFile, "payload-file", "f", "", "read the payload from this file (- for stdin)")
 	f.DurationVar(&o.timeout, "timeout", 0, "bound on the whole request, e.g. 2s (0: the node's default, "+dispatch.DefaultRequestTimeout.String()+")")
 	f.StringSliceVar(&o.labels, "labels", nil, "labels the worker must carry, remote or local (comma-separated)")
 	f.Uint64Var(&o.minHead, "min-head", 0, "the position the request names, for work types with heads")
@@ -215,12 +222,13 @@ func runSubmit(ctx context.Context, o submitOptions, stdin io.Reader, stdout, st
 // at most what one request may carry.
 func readPayload(o submitOptions, stdin io.Reader, stderr io.Writer) ([]byte, error) {
 	limit := int64(config.MaxMaxPayload) // the node refuses what is over its own max-payload
+	payloadSet := o.payloadSet || o.payload != ""
 	switch {
-	case o.payload != "" && o.payloadFile != "":
+	case payloadSet && o.payloadFile != "":
 		return nil, usageError{errors.New("--payload and --payload-file: give one, not both")}
-	case o.payload != "":
+	case payloadSet:
 		return []byte(o.payload), nil
-	case o.payloadFile != "":
+	case o.payloadFile != "" && o.payloadFile != "-": // "-" is stdin, below
 		f, err := os.Open(o.payloadFile)
 		if err != nil {
 			return nil, usageError{fmt.Errorf("--payload-file: %w", err)}
@@ -228,7 +236,9 @@ func readPayload(o submitOptions, stdin io.Reader, stderr io.Writer) ([]byte, er
 		defer f.Close()
 		b, err := io.ReadAll(io.LimitReader(f, limit+1))
 		if err != nil {
-			return nil, fmt.Errorf("--payload-file %s: %w", o.payloadFile, err)
+			// A directory, or a file that cannot be read: the command's
+			// input is wrong, not the work.
+			return nil, usageError{fmt.Errorf("--payload-file %s: %w", o.payloadFile, err)}
 		}
 		if int64(len(b)) > limit {
 			return nil, usageError{fmt.Errorf("--payload-file %s: larger than %d bytes, the most a request may carry", o.payloadFile, limit)}
@@ -282,7 +292,10 @@ func postWork(ctx context.Context, api string, req apiv1.WorkRequest, timeout ti
 	if err != nil {
 		return workAnswer{}, fmt.Errorf("encode the request: %w", err)
 	}
-	url := "http://" + api + apiv1.WorkPath
+	url, err := apiURL(api, apiv1.WorkPath)
+	if err != nil {
+		return workAnswer{}, err
+	}
 	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		return workAnswer{}, usageError{fmt.Errorf("--api %q: %w", api, err)}
@@ -294,7 +307,7 @@ func postWork(ctx context.Context, api string, req apiv1.WorkRequest, timeout ti
 		if ctx.Err() != nil {
 			return workAnswer{}, exitError{exitTimeout, fmt.Errorf("the node at %s did not answer within %s: %w", api, timeout+submitSlack, err)}
 		}
-		return workAnswer{}, exitError{exitUnavailable, fmt.Errorf("cannot reach the node's API at %s (is a node or devnet running? see --api or %s): %w", api, apiEnv, err)}
+		return workAnswer{}, unreachable(api, err)
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxSubmitResponse))
@@ -312,6 +325,9 @@ func postWork(ctx context.Context, api string, req apiv1.WorkRequest, timeout ti
 		msg = apiErr.Error
 	}
 	err = fmt.Errorf("POST %s: %s: %s", url, resp.Status, msg)
+	if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
+		err = fmt.Errorf("%w%.0w", err, errAPIUnusable) // no other request would pass
+	}
 	if resp.StatusCode >= 400 && resp.StatusCode < 500 {
 		return workAnswer{}, exitError{exitUnavailable, err}
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"sort"
 	"strings"
 	"time"
@@ -59,6 +60,18 @@ func NewCommand(name string, c config.CustomTypeConfig, o Options) (*Command, er
 			return nil, fmt.Errorf("command %q: %w", path, err)
 		}
 		path = p
+	} else {
+		// A path is checked as a name is: a program that is not there,
+		// or not executable, stops the start rather than failing every
+		// run of a type the node advertises. A relative one runs from
+		// dir.
+		at := path
+		if !filepath.IsAbs(at) && c.Dir != "" {
+			at = filepath.Join(c.Dir, at)
+		}
+		if _, err := exec.LookPath(at); err != nil {
+			return nil, fmt.Errorf("command %q: %w", path, err)
+		}
 	}
 	if err := prepareReaping(); err != nil {
 		return nil, err

@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -150,10 +152,20 @@ func TestServiceHealth(t *testing.T) {
 }
 
 func TestNewRefusesBadTypes(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "notexec.sh"), []byte("#!/bin/sh\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for name, c := range map[string]config.CustomTypeConfig{
 		"neither": {},
 		"both":    {Command: []string{"cat"}, URL: "http://127.0.0.1:1/"},
 		"ftp":     {URL: "ftp://127.0.0.1/"},
+		// A program named by its path is checked as one named by its
+		// name: there, and executable.
+		"missing-path":       {Command: []string{filepath.Join(dir, "nosuch.sh")}},
+		"not-executable":     {Command: []string{filepath.Join(dir, "notexec.sh")}},
+		"missing-in-its-dir": {Command: []string{"./nosuch.sh"}, Dir: dir},
+		"a-directory":        {Command: []string{dir}},
 	} {
 		if _, err := New(map[string]config.CustomTypeConfig{name: c}, Options{}); err == nil || !strings.Contains(err.Error(), "custom-types "+name) {
 			t.Errorf("%s: New = %v, want an error naming the type", name, err)

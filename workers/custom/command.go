@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/workmesh/workmesh/config"
@@ -30,6 +31,10 @@ type Command struct {
 	env       []string
 	dir       string
 	retryable int
+	// lookAt is where the program is looked for (path, from dir when
+	// relative): TypeHealth checks it is still there.
+	lookAt   string
+	onHealth atomic.Pointer[func()]
 }
 
 var _ Type = (*Command)(nil)
@@ -54,18 +59,18 @@ func NewCommand(name string, c config.CustomTypeConfig, o Options) (*Command, er
 		return nil, errors.New("the command is empty")
 	}
 	path := c.Command[0]
+	at := path
 	if !strings.Contains(path, "/") {
 		p, err := exec.LookPath(path)
 		if err != nil {
 			return nil, fmt.Errorf("command %q: %w", path, err)
 		}
-		path = p
+		path, at = p, p
 	} else {
 		// A path is checked as a name is: a program that is not there,
 		// or not executable, stops the start rather than failing every
 		// run of a type the node advertises. A relative one runs from
 		// dir.
-		at := path
 		if !filepath.IsAbs(at) && c.Dir != "" {
 			at = filepath.Join(c.Dir, at)
 		}
@@ -84,7 +89,7 @@ func NewCommand(name string, c config.CustomTypeConfig, o Options) (*Command, er
 	cmd := &Command{
 		common: newCommon(name, c, o),
 		path:   path, argv: append([]string(nil), c.Command...), env: env, dir: c.Dir,
-		retryable: c.RetryableExitCode,
+		retryable: c.RetryableExitCode, lookAt: at,
 	}
 	if cmd.retryable == 0 {
 		cmd.retryable = config.DefaultRetryableExitCode
@@ -95,8 +100,24 @@ func NewCommand(name string, c config.CustomTypeConfig, o Options) (*Command, er
 // Addr is "": a command has no service address.
 func (c *Command) Addr() string { return "" }
 
-// TypeHealth is always nil: a command is as healthy as its worker.
-func (c *Command) TypeHealth() error { return nil }
+// TypeHealth is nil while the program is there and executable, and its
+// working directory too: one removed after the start takes the type out
+// on this worker (withdrawn from its record), not the work with it.
+func (c *Command) TypeHealth() error {
+	if _, err := exec.LookPath(c.lookAt); err != nil {
+		return fmt.Errorf("program %s: %w", c.argv[0], err)
+	}
+	if c.dir != "" {
+		if fi, err := os.Stat(c.dir); err != nil || !fi.IsDir() {
+			return fmt.Errorf("dir %s is not a directory any more", c.dir)
+		}
+	}
+	return nil
+}
+
+// OnHealthChange sets what runs when a run finds the type out (the node
+// re-announces its work types).
+func (c *Command) OnHealthChange(f func()) { c.onHealth.Store(&f) }
 
 // Run has nothing to do for a command.
 func (c *Command) Run(context.Context) {}
@@ -114,7 +135,15 @@ func (c *Command) Do(ctx context.Context, payload []byte) workers.Result {
 	defer cancel()
 	r, err := runProcess(ctx, c.path, c.argv, c.env, c.dir, payload, c.maxOutput)
 	if err != nil {
-		return workers.Fail(workers.PermanentError, "work type %s: start %s: %v", c.name, c.argv[0], err)
+		// The program could not start: a fault of this worker, not of
+		// the work, which another worker may run.
+		if herr := c.TypeHealth(); herr != nil {
+			if f := c.onHealth.Load(); f != nil {
+				(*f)()
+			}
+			return workers.Fail(workers.Unsupported, "work type %s is out on this worker: %v", c.name, herr)
+		}
+		return workers.Fail(workers.RetryableError, "work type %s: start %s: %v", c.name, c.argv[0], err)
 	}
 	tail := lastLines(r.stderr, stderrLines, workers.MaxDetailText)
 	switch {

@@ -203,3 +203,43 @@ func TestCommandMissingProgram(t *testing.T) {
 		t.Fatal("a program that is not in PATH was accepted")
 	}
 }
+
+// A program removed after the start is this worker's fault, not the
+// work's: a run answers unsupported (the dispatcher goes on to another
+// worker), the type reports itself out (the node withdraws it) and the
+// node is told at once; put back, the type is healthy again.
+func TestCommandProgramRemovedTakesTheTypeOut(t *testing.T) {
+	dir := t.TempDir()
+	prog := filepath.Join(dir, "enrich.sh")
+	write := func() {
+		if err := os.WriteFile(prog, []byte("#!/bin/sh\ncat\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write()
+	c := newCommand(t, config.CustomTypeConfig{Command: []string{prog}})
+	told := make(chan struct{}, 1)
+	c.OnHealthChange(func() { told <- struct{}{} })
+	if r := c.Do(context.Background(), []byte("x")); r.Outcome != workers.Success || c.TypeHealth() != nil {
+		t.Fatalf("with the program there: %v %q, health %v", r.Outcome, r.Error, c.TypeHealth())
+	}
+	if err := os.Remove(prog); err != nil {
+		t.Fatal(err)
+	}
+	r := c.Do(context.Background(), []byte("x"))
+	if r.Outcome != workers.Unsupported || !strings.Contains(r.Error, "out on this worker") || !strings.Contains(r.Error, prog) {
+		t.Fatalf("with the program gone: %v %q, want unsupported naming it", r.Outcome, r.Error)
+	}
+	if c.TypeHealth() == nil {
+		t.Fatal("the type reports itself healthy with its program gone")
+	}
+	select {
+	case <-told:
+	default:
+		t.Fatal("the node was not told the type's health changed")
+	}
+	write()
+	if err := c.TypeHealth(); err != nil {
+		t.Fatalf("the program is back: health %v", err)
+	}
+}

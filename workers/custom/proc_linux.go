@@ -63,7 +63,9 @@ func runProcess(ctx context.Context, path string, argv, env []string, dir string
 	cmd := &exec.Cmd{
 		Path: path, Args: argv, Env: env, Dir: dir,
 		Stdin: inR, Stdout: outW, Stderr: errW,
-		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
+		// Pdeathsig: a node that dies (SIGKILL, a crash) takes the
+		// program with it.
+		SysProcAttr: &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL},
 	}
 	if cmd.Env == nil {
 		cmd.Env = []string{} // nil would mean the node's environment

@@ -208,8 +208,8 @@ func (e *extraTypes) catalog(cfg config.Config) workers.Catalog {
 // onTypeHealth sets what runs when a custom type's health changes.
 func (e *extraTypes) onTypeHealth(f func()) {
 	for _, t := range e.custom {
-		if svc, ok := t.(*custom.Service); ok {
-			svc.OnHealthChange(f)
+		if hc, ok := t.(interface{ OnHealthChange(func()) }); ok {
+			hc.OnHealthChange(f)
 		}
 	}
 }

@@ -670,7 +670,35 @@ func (j *Relay) classifyBatch(calls []Call, status int, data []byte) workers.Res
 			return rpcFail(o, r.Error)
 		}
 	}
+	if status/100 != 2 {
+		return j.notJSONRPC(status, data)
+	}
+	if id, ok := unmatchedID(calls, resps); !ok {
+		return workers.Fail(workers.RetryableError, "jsonrpc: upstream %s answered id %s, which no request of the batch has (or that it answered twice)",
+			j.shown, workers.Truncate(string(id), 64))
+	}
 	return workers.OK(data)
+}
+
+// unmatchedID checks that every response answers a request of the batch
+// and none is answered twice (in any order, as JSON-RPC allows), and
+// returns the first id that does not.
+func unmatchedID(calls []Call, resps []Response) (json.RawMessage, bool) {
+	used := make([]bool, len(calls))
+next:
+	for _, r := range resps {
+		for i, c := range calls {
+			if !used[i] && !c.Notification() && sameID(r.ID, c.ID) {
+				used[i] = true
+				continue next
+			}
+		}
+		if r.Error != nil && (len(r.ID) == 0 || string(r.ID) == "null") {
+			continue // an error about a request the upstream could not read
+		}
+		return r.ID, false
+	}
+	return nil, true
 }
 
 // notJSONRPC classifies an answer that carries no JSON-RPC response.

@@ -57,6 +57,10 @@ func (f *fakeUpstream) serve(w http.ResponseWriter, r *http.Request) {
 				out = append(out, map[string]any{"jsonrpc": "2.0", "id": c.ID, "error": map[string]any{"code": -32005, "message": "rate limited"}})
 				continue
 			}
+			if c.Method == "wrongid" { // an upstream that mixes up answers
+				out = append(out, map[string]any{"jsonrpc": "2.0", "id": 12345, "result": c.Method})
+				continue
+			}
 			out = append(out, map[string]any{"jsonrpc": "2.0", "id": c.ID, "result": c.Method})
 		}
 		json.NewEncoder(w).Encode(out)
@@ -297,6 +301,16 @@ func TestJSONRPC_Batch(t *testing.T) {
 	r = j.Do(context.Background(), []byte(`[{"jsonrpc":"2.0","id":1,"method":"a"},{"jsonrpc":"2.0","id":2,"method":"limited"}]`))
 	if e, ok := ParseRPCError(r.Error); r.Outcome != workers.Busy || !ok || e.Code != RPCLimitExceeded {
 		t.Fatalf("batch with a rate-limited element: outcome %s (%s), want busy", r.Outcome, r.Error)
+	}
+	// Every answer must be to a request of the batch, each request's once
+	// (in any order), as a single request's id must match.
+	r = j.Do(context.Background(), []byte(`[{"jsonrpc":"2.0","id":1,"method":"a"},{"jsonrpc":"2.0","id":2,"method":"wrongid"}]`))
+	if r.Outcome != workers.RetryableError || !strings.Contains(r.Error, "answered id 12345") {
+		t.Fatalf("batch answered with an id it did not ask: outcome %s (%s), want retryable naming the id", r.Outcome, r.Error)
+	}
+	r = j.Do(context.Background(), []byte(`[{"jsonrpc":"2.0","id":2,"method":"b"},{"jsonrpc":"2.0","id":1,"method":"a"}]`))
+	if r.Outcome != workers.Success {
+		t.Fatalf("batch answered in its order: outcome %s (%s)", r.Outcome, r.Error)
 	}
 	// A notification in a batch gets no answer, so two answers are right.
 	r = j.Do(context.Background(), []byte(`[{"jsonrpc":"2.0","id":1,"method":"a"},{"jsonrpc":"2.0","method":"n"},{"jsonrpc":"2.0","id":2,"method":"b"}]`))

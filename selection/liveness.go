@@ -85,8 +85,12 @@ type health struct {
 	fresh bool
 	// strikes counts work requests the peer accepted and left unanswered
 	// past their deadline, less one for each answer (ReportStall,
-	// ReportAnswer); cordons counts the times in a row strikes cordoned it.
+	// ReportAnswer); cordons counts the times in a row strikes cordoned it,
+	// and cordonUntil is when the last cordon ends: until then no poll,
+	// probe or answer brings the peer back (its pings are fine: that is
+	// what a stall is).
 	strikes, cordons int
+	cordonUntil      time.Time
 	// reason says why the peer is not StateAlive, for the peers view.
 	reason string
 	// disputes counts the peer's results outvoted by others, in all;
@@ -369,6 +373,14 @@ func (l *Liveness) reportLocked(id string, h *health, ok bool) (Transition, bool
 		if !ok {
 			h.redials++
 			h.nextAttempt = now.Add(l.backoff(h.redials))
+			if h.nextAttempt.Before(h.cordonUntil) {
+				h.nextAttempt = h.cordonUntil
+			}
+			return Transition{}, false
+		}
+		if now.Before(h.cordonUntil) {
+			// Cordoned: a poll in flight when the cordon began, or a
+			// probe news asked for, does not end it sooner.
 			return Transition{}, false
 		}
 		h.reason = "redialed, answering polls"
@@ -461,6 +473,7 @@ func (l *Liveness) ReportStall(id string) (Transition, bool) {
 	}
 	h.cordons++
 	h.nextAttempt = now.Add(l.cordon(h.cordons))
+	h.cordonUntil = h.nextAttempt
 	h.reason = fmt.Sprintf("stalled: %d accepted work requests left unanswered past their deadline", h.strikes)
 	// Back from the cordon, one more stall cordons it again.
 	h.strikes = l.cfg.StallThreshold - 1
@@ -485,7 +498,9 @@ func (l *Liveness) ReportAnswer(id string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	h := l.peers[id]
-	if h == nil || h.strikes == 0 {
+	if h == nil || h.strikes == 0 || l.clock.Now().Before(h.cordonUntil) {
+		// An answer to work sent before the cordon, arriving during it,
+		// forgives nothing: the next cordon still doubles.
 		return
 	}
 	h.strikes--

@@ -413,6 +413,56 @@ func TestLiveness_StallCordons(t *testing.T) {
 	}
 }
 
+// A cordon lasts its whole stall-cordon: the stalled peer's pings are
+// fine (that is what a stall is), so neither a poll that was in flight
+// when it was cordoned, nor one news asked for, nor a failed redial ends
+// it sooner; nor do answers to work sent before it, arriving during it,
+// make the next cordon the shortest again.
+func TestLiveness_CordonIsNotCutShortByPolls(t *testing.T) {
+	clk := testkit.NewFakeClock()
+	l, err := NewLiveness(config.LivenessConfig{
+		PollInterval: time.Second, PollFailureThreshold: 3, PollSuccessThreshold: 2,
+		RedialBackoffMin: time.Second, RedialBackoffMax: 8 * time.Second,
+		StallThreshold: 1, StallCordon: 10 * time.Second,
+	}, clk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.handles([]string{"staller"})
+	l.Report("staller", true)
+	inFlight, _ := l.PollFor("staller")
+	l.ReportStall("staller")
+	start := clk.Now()
+	l.ReportPoll(inFlight, true) // sent before the cordon, answered after
+	news, _ := l.ProbeFor("staller")
+	l.ReportPoll(news, true)
+	l.Report("staller", false) // a redial that failed: no earlier redial
+	l.ReportAnswer("staller")  // work sent before the cordon, answered late
+	for clk.Now().Sub(start) < 10*time.Second {
+		if got := l.State("staller"); got != StateUnreachable {
+			t.Fatalf("%s into a 10s cordon: %s, want unreachable", clk.Now().Sub(start), got)
+		}
+		if slices.Contains(l.Due(), "staller") {
+			t.Fatalf("due for a redial %s into a 10s cordon", clk.Now().Sub(start))
+		}
+		l.Report("staller", true)
+		clk.Advance(500 * time.Millisecond)
+	}
+	report(l, "staller", "sss")
+	if got := l.State("staller"); got != StateAlive {
+		t.Fatalf("after the cordon and good polls: %s, want alive", got)
+	}
+	l.ReportStall("staller")
+	start = clk.Now()
+	for clk.Now().Sub(start) < 20*time.Second {
+		l.Report("staller", true)
+		if got := l.State("staller"); got != StateUnreachable {
+			t.Fatalf("%s into the second cordon (20s, doubled): %s, want unreachable", clk.Now().Sub(start), got)
+		}
+		clk.Advance(time.Second)
+	}
+}
+
 // TestLiveness_ProbingPeerPolledSooner: a peer that answers its redial is
 // polled again after a quarter of poll-interval, not a whole one, until
 // its good polls in a row make it alive; alive again, and while new and

@@ -118,7 +118,19 @@ func (l *attemptLoop) run(s strategy) {
 		switch ev {
 		case ended:
 			l.d.attemptEnded(l.req.Type, r.outcome, r.dur)
+			before := selection.StateUnreachable
+			if r.outcome == workers.Unreachable {
+				before = l.d.sel.Liveness().State(r.pick.Peer)
+			}
 			v := l.plan.Report(r.pick, r.outcome, r.dur)
+			if before != selection.StateUnreachable {
+				// Attempts that could not reach a peer count as failed
+				// polls: the one that made it unreachable is logged as
+				// a poll's would be.
+				if now := l.d.sel.Liveness().State(r.pick.Peer); now == selection.StateUnreachable {
+					l.d.logTransition(selection.Transition{Peer: r.pick.Peer, From: before, To: now}, r.err)
+				}
+			}
 			if r.outcome == workers.Busy {
 				if det := workers.DetailOf(r.resp.Result); det != nil && det.RetryAfter > 0 {
 					l.plan.HoldOff(r.pick, det.RetryAfter) // the worker's service asked to wait

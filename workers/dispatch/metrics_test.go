@@ -12,6 +12,8 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	"github.com/sirupsen/logrus"
+	logrustest "github.com/sirupsen/logrus/hooks/test"
 
 	"github.com/workmesh/workmesh/config"
 	"github.com/workmesh/workmesh/node"
@@ -337,4 +339,28 @@ func TestPlanLeavesNothingInFlight(t *testing.T) {
 	if got := peer.ID(pk.Peer).String(); got != v.Order[0].Peer {
 		t.Errorf("a request after the preview picks %s, the preview picked %s: its pick was left in flight", got, v.Order[0].Peer)
 	}
+}
+
+// A peer that attempts could not reach turns unreachable as one whose
+// polls failed does, and the change is logged at info as a poll's is.
+func TestDispatch_UnreachableByAttemptsIsLogged(t *testing.T) {
+	cfg := config.Defaults()
+	cfg.Worker.ConnectTimeout = 200 * time.Millisecond
+	cfg.Worker.RetryDelay = 0
+	p := &fakePeer{types: []string{"sha256"}}
+	d := testDispatcher(t, cfg, p)
+	log, hook := logrustest.NewNullLogger()
+	d.log = log
+	for i := 0; i < 3*cfg.Liveness.PollFailureThreshold && d.sel.Liveness().State(string(p.id)) != selection.StateUnreachable; i++ {
+		d.Dispatch(context.Background(), WorkRequest{Type: "sha256", Payload: []byte("x"), Timeout: 5 * time.Second})
+	}
+	if got := d.sel.Liveness().State(string(p.id)); got != selection.StateUnreachable {
+		t.Fatalf("after attempts that could not reach it: %s, want unreachable", got)
+	}
+	for _, e := range hook.AllEntries() {
+		if e.Message == "peer liveness changed" && e.Data["to"] == "unreachable" && e.Data["peer"] == p.id.String() && e.Level == logrus.InfoLevel {
+			return
+		}
+	}
+	t.Fatalf("no info line says the peer turned unreachable; logged: %d entries", len(hook.AllEntries()))
 }

@@ -31,7 +31,7 @@ func benchSelectorTypes(b *testing.B, n, types int) *Selector {
 	}
 	s, _ := newSelector(b, cfg, peers...)
 	for i := range peers {
-		st := s.stats[peers[i].ID]
+		st := s.rates[rateKey{peers[i].ID, "sha256"}]
 		for k := range 4 {
 			o := Success
 			if (i+k)%9 == 0 {
@@ -102,7 +102,7 @@ func BenchmarkPlanFirstPickFewRated(b *testing.B) {
 			}
 			s, _ := newSelector(b, cfg, peers...)
 			for i := range 5 { // five rated peers
-				st := s.stats[peers[i*(n/5)].ID]
+				st := s.rates[rateKey{peers[i*(n/5)].ID, "sha256"}]
 				for range 4 {
 					st.record(Success, time.Millisecond, s.clock.Now(), cfg.Rating.Window, float64(cfg.Rating.MinSamples))
 				}

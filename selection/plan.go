@@ -274,7 +274,7 @@ func (p *Plan) pickLocked(hedge bool) (Pick, bool) {
 		}
 		if e != nil {
 			if first && p.s.explore != nil {
-				p.s.explore.note(!e.rated && !e.stats.proven.Load() && g.rated > 0)
+				p.s.explore.note(!e.rated && !e.rate.proven.Load() && g.rated > 0)
 			}
 			p.tried = append(p.tried, tried{e: e, group: p.cursor})
 			e.stats.inflight.Add(1)
@@ -345,7 +345,7 @@ func (p *Plan) pickInGroup(g *group, first bool) *entry {
 			return e
 		}
 		if !e.rated {
-			if inflight >= exploreInFlight || budgeted || e.stats.proven.Load() {
+			if inflight >= exploreInFlight || budgeted || e.rate.proven.Load() {
 				// Exploration learns, it does not flood: the least loaded
 				// of the unrated peers with attempts in flight waits here.
 				// So does one proven since the ranking was built: it is no

@@ -13,6 +13,30 @@ import (
 // sample's weight halves every rating-window, so the rating describes the
 // peer as it is now, not since it was first seen.
 type stats struct {
+	mu sync.Mutex
+
+	// inflight counts attempts picked and not yet reported; read without the
+	// lock to bound exploration of unrated peers.
+	inflight atomic.Int32
+
+	// The work types the peer asked to be left alone for (holdoff.go):
+	// held counts them, read without the lock; heldUntil, under mu, says
+	// until when.
+	held      atomic.Int32
+	heldUntil map[string]time.Time
+
+	// The peer's load as its answers last told it (ObserveLoad), under mu:
+	// how many requests it had running and queued, and when it said so
+	// (zero: no answer told it since the record the selector holds).
+	obsUsed int
+	obsAt   time.Time
+}
+
+// rating is what rating knows of one peer for one work type: the decayed
+// outcomes of its attempts of that type. A peer's types are rated apart,
+// so that its slow work of one type, or a failing upstream behind another,
+// does not make it look slow or failing for the rest.
+type rating struct {
 	mu   sync.Mutex
 	last time.Time // when the sums were last decayed
 	n    float64   // weighted number of samples
@@ -30,28 +54,13 @@ type stats struct {
 	latN   float64
 	ansLog float64
 	ansN   float64
-	// proven says the peer's weighted outcomes reached rating-min-samples
-	// once: it stays rated while its outcomes fade below them, since old
-	// evidence about it is still evidence, not the silence of a newcomer.
-	// It is read without the lock too: a peer the ranking still holds as
-	// unrated is not explored further once it is proven (pickInGroup).
+	// proven says the peer's weighted outcomes of the type reached
+	// rating-min-samples once: it stays rated while its outcomes fade below
+	// them, since old evidence about it is still evidence, not the silence
+	// of a newcomer. It is read without the lock too: a peer the ranking
+	// still holds as unrated is not explored further once it is proven
+	// (pickInGroup).
 	proven atomic.Bool
-
-	// inflight counts attempts picked and not yet reported; read without the
-	// lock to bound exploration of unrated peers.
-	inflight atomic.Int32
-
-	// The work types the peer asked to be left alone for (holdoff.go):
-	// held counts them, read without the lock; heldUntil, under mu, says
-	// until when.
-	held      atomic.Int32
-	heldUntil map[string]time.Time
-
-	// The peer's load as its answers last told it (ObserveLoad), under mu:
-	// how many requests it had running and queued, and when it said so
-	// (zero: no answer told it since the record the selector holds).
-	obsUsed int
-	obsAt   time.Time
 }
 
 // observe notes the load an answer of the peer carried and reports whether
@@ -84,7 +93,7 @@ func (s *stats) forgetObserved() {
 }
 
 // decay brings the sums forward to now.
-func (s *stats) decay(now time.Time, halfLife time.Duration) {
+func (s *rating) decay(now time.Time, halfLife time.Duration) {
 	if s.last.IsZero() || halfLife <= 0 {
 		s.last = now
 		return
@@ -105,7 +114,7 @@ func (s *stats) decay(now time.Time, halfLife time.Duration) {
 }
 
 // record adds one outcome; minSamples is rating-min-samples.
-func (s *stats) record(o Outcome, latency time.Duration, now time.Time, halfLife time.Duration, minSamples float64) {
+func (s *rating) record(o Outcome, latency time.Duration, now time.Time, halfLife time.Duration, minSamples float64) {
 	if o == Cancelled || o >= NumOutcomes {
 		return
 	}
@@ -135,15 +144,15 @@ func (s *stats) record(o Outcome, latency time.Duration, now time.Time, halfLife
 
 // view is a point-in-time reading of stats; latency is the geometric mean
 // of every outcome that took time or of the answers alone, whichever is
-// larger (see stats.logLat), and answered says some of it is answers.
+// larger (see rating.logLat), and answered says some of it is answers.
 // rated says the peer is judged on its outcomes: they weigh at least
-// minSamples now, or did once (stats.proven).
+// minSamples now, or did once (rating.proven).
 type view struct {
 	n, errRate, busyRate, latency float64
 	rated, answered               bool
 }
 
-func (s *stats) read(now time.Time, halfLife time.Duration) view {
+func (s *rating) read(now time.Time, halfLife time.Duration) view {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.decay(now, halfLife)
@@ -216,4 +225,41 @@ func cost(in scoreInputs, w config.RatingConfig) float64 {
 		cost += relayedCost
 	}
 	return cost
+}
+
+// rateKey names the rating of one peer for one work type.
+type rateKey struct{ peer, workType string }
+
+// observedLoadAge is how long the load an answer carried (ObserveLoad)
+// stands in for the one the peer's record advertises: a dispatcher that
+// stopped hearing from a peer goes back to its record.
+const observedLoadAge = 30 * time.Second
+
+// loadSteps is how finely rating weighs the load answers tell: in steps of
+// an eighth of the peer's capacity. Every answer tells a load, and one
+// request more or less at a peer that takes dozens would otherwise reorder
+// equal peers at every refresh, sending the next requests to peers this
+// node has not warmed; a peer an eighth fuller than another ranks below it.
+const loadSteps = 8
+
+// loadStep rounds an observed utilisation down to a step of 1/loadSteps.
+func loadStep(l float64) float64 { return math.Floor(l*loadSteps) / loadSteps }
+
+// ObserveLoad notes the load a peer's answer carried (a health ping's, a
+// work response's): used requests running and queued at the peer when it
+// answered. Until a newer record of the peer arrives, or observedLoadAge
+// passes, rating and capacity use it instead of the load the record
+// advertised, which is a snapshot from when the record was signed (records
+// are not re-signed for load). A change is in the ranking at the next
+// refresh. An unknown peer is ignored.
+func (s *Selector) ObserveLoad(id string, used int) {
+	s.mu.Lock()
+	st := s.stats[id]
+	s.mu.Unlock()
+	if st == nil || !st.observe(max(used, 0), s.clock.Now()) {
+		return
+	}
+	s.mu.Lock()
+	s.dirty = true
+	s.mu.Unlock()
 }

@@ -301,7 +301,7 @@ func TestRating_QuickFailuresDoNotMakeAPeerLookFast(t *testing.T) {
 func latencyOf(s *Selector, id string) time.Duration {
 	for _, e := range s.snap.Load().types["sha256"].all {
 		if e.id == id {
-			return time.Duration(e.stats.read(s.clock.Now(), s.cfg.Rating.Window).latency * float64(time.Second))
+			return time.Duration(e.rate.read(s.clock.Now(), s.cfg.Rating.Window).latency * float64(time.Second))
 		}
 	}
 	return 0
@@ -401,5 +401,45 @@ func TestRating_APeerThatOnlyFailsIsJudgedOnItsWaits(t *testing.T) {
 	feed(t, s2, "b", Success, 10*time.Millisecond, 3)
 	if lat := latencyOf(s2, "b"); lat < 100*time.Millisecond {
 		t.Fatalf("b's latency %v after 3 timeouts of 5s and 3 answers of 10ms: its early timeouts were dropped", lat)
+	}
+}
+
+// A peer's work types are rated apart: its slow work of one type (200ms
+// sleeps) and its failures at another (an upstream behind it that is
+// down) do not make it slow or failing for a third it runs as fast as
+// anyone, and the peers view's score for that type says so.
+func TestRating_IsPerWorkType(t *testing.T) {
+	both := Peer{ID: "both", Labels: []string{"both"}, Types: []TypeInfo{{Name: "sha256"}, {Name: "sleep"}, {Name: "rpc"}}}
+	s, _ := newSelector(t, testConfig(), both, peer("only", "only"))
+	feedType := func(id, workType string, o Outcome, latency time.Duration, n int) {
+		t.Helper()
+		for range n {
+			p := s.Plan(Request{WorkType: workType, Labels: []string{id}})
+			p.Report(mustNext(t, p), o, latency)
+		}
+	}
+	feedType("both", "sha256", Success, time.Millisecond, 10)
+	feedType("only", "sha256", Success, time.Millisecond, 10)
+	feedType("both", "sleep", Success, 200*time.Millisecond, 20)
+	feedType("both", "rpc", RetryableError, 2*time.Millisecond, 20)
+	s.Refresh()
+	score := func(workType, id string) float64 {
+		t.Helper()
+		for _, r := range s.Ranking(workType) {
+			if r.Peer == id {
+				return r.Score
+			}
+		}
+		t.Fatalf("%s not ranked for %s", id, workType)
+		return 0
+	}
+	if a, b := score("sha256", "both"), score("sha256", "only"); a < 0.99*b {
+		t.Fatalf("sha256 scores: both %.3f, only %.3f; want them equal (both answer in 1ms)", a, b)
+	}
+	if lat := latencyOf(s, "both"); lat > 2*time.Millisecond {
+		t.Fatalf("both's sha256 latency %v, want its sha256 answers' 1ms, not its sleeps'", lat)
+	}
+	if sc := score("rpc", "both"); sc > 0.5 {
+		t.Fatalf("rpc score of a peer failing every rpc %.3f, want it low", sc)
 	}
 }

@@ -120,10 +120,11 @@ type Selector struct {
 
 	mu          sync.Mutex // guards everything below
 	peers       []Peer
-	pstats      []*stats  // stats of peers[i]
-	phealth     []*health // liveness of peers[i]
-	views       []view    // rating inputs of peers[i], during Refresh
+	pstats      []*stats    // stats of peers[i]
+	prates      [][]*rating // rating of peers[i] for each of its Types
+	phealth     []*health   // liveness of peers[i]
 	stats       map[string]*stats
+	rates       map[rateKey]*rating
 	dirty       bool
 	lastRefresh time.Time
 	changed     chan struct{} // closed when the next ranking is published
@@ -140,6 +141,7 @@ func New(cfg config.Config, opts ...Option) (*Selector, error) {
 		seed:         0x9e3779b97f4a7c15,
 		refreshEvery: 50 * time.Millisecond,
 		stats:        make(map[string]*stats),
+		rates:        make(map[rateKey]*rating),
 		changed:      make(chan struct{}),
 	}
 	for _, o := range opts {
@@ -216,42 +218,24 @@ func (s *Selector) SetPeers(peers []Peer) {
 		}
 		s.pstats[i] = st
 	}
+	// Each type of each peer is rated apart; a type the peer no longer
+	// serves, or a peer that left, is forgotten.
+	rates := make(map[rateKey]*rating, len(s.rates))
+	s.prates = make([][]*rating, len(cp))
+	for i, p := range cp {
+		s.prates[i] = make([]*rating, len(p.Types))
+		for j, t := range p.Types {
+			k := rateKey{p.ID, t.Name}
+			r := s.rates[k]
+			if r == nil {
+				r = &rating{}
+			}
+			rates[k], s.prates[i][j] = r, r
+		}
+	}
+	s.rates = rates
 	s.mu.Unlock()
 	s.Refresh()
-}
-
-// observedLoadAge is how long the load an answer carried (ObserveLoad)
-// stands in for the one the peer's record advertises: a dispatcher that
-// stopped hearing from a peer goes back to its record.
-const observedLoadAge = 30 * time.Second
-
-// loadSteps is how finely rating weighs the load answers tell: in steps of
-// an eighth of the peer's capacity. Every answer tells a load, and one
-// request more or less at a peer that takes dozens would otherwise reorder
-// equal peers at every refresh, sending the next requests to peers this
-// node has not warmed; a peer an eighth fuller than another ranks below it.
-const loadSteps = 8
-
-// loadStep rounds an observed utilisation down to a step of 1/loadSteps.
-func loadStep(l float64) float64 { return math.Floor(l*loadSteps) / loadSteps }
-
-// ObserveLoad notes the load a peer's answer carried (a health ping's, a
-// work response's): used requests running and queued at the peer when it
-// answered. Until a newer record of the peer arrives, or observedLoadAge
-// passes, rating and capacity use it instead of the load the record
-// advertised, which is a snapshot from when the record was signed (records
-// are not re-signed for load). A change is in the ranking at the next
-// refresh. An unknown peer is ignored.
-func (s *Selector) ObserveLoad(id string, used int) {
-	s.mu.Lock()
-	st := s.stats[id]
-	s.mu.Unlock()
-	if st == nil || !st.observe(max(used, 0), s.clock.Now()) {
-		return
-	}
-	s.mu.Lock()
-	s.dirty = true
-	s.mu.Unlock()
 }
 
 // MaybeRefresh rebuilds the ranking when outcomes arrived since the last
@@ -273,7 +257,7 @@ func (s *Selector) record(e *entry, o Outcome, latency time.Duration) {
 	if o == Cancelled {
 		return
 	}
-	e.stats.record(o, latency, s.clock.Now(), s.cfg.Rating.Window, float64(max(1, s.cfg.Rating.MinSamples)))
+	e.rate.record(o, latency, s.clock.Now(), s.cfg.Rating.Window, float64(max(1, s.cfg.Rating.MinSamples)))
 	if o == Unreachable {
 		// Dispatch only adds evidence of unreachability; recovery is proven
 		// by polls, so a grey peer cannot hide behind its successes.
@@ -301,8 +285,10 @@ type entry struct {
 	capacity, used int64
 	rated          bool
 	health         *health
-	stats          *stats
-	idx            int32 // the peer's position in ID order
+	stats          *stats  // the peer's, whatever the type
+	rate           *rating // the peer's for this type
+	view           view    // rate as the refresh read it
+	idx            int32   // the peer's position in ID order
 }
 
 func (e *entry) hasLabel(l string) bool { return slices.Contains(e.labels, l) }
@@ -369,14 +355,12 @@ func (s *Selector) Refresh() {
 			entryType = append(entryType, ti)
 		}
 	}
-	views := make([]view, len(s.peers))
 	slab := make([]entry, 0, total)
 	lists := make([][]*entry, len(names))
 	for ti, n := range counts {
 		lists[ti] = make([]*entry, 0, n)
 	}
 	for i, p := range s.peers {
-		views[i] = s.pstats[i].read(now, s.cfg.Rating.Window)
 		load, used := p.Load, p.Used
 		if u, ok := s.pstats[i].observed(now, observedLoadAge); ok {
 			used = u
@@ -384,18 +368,18 @@ func (s *Selector) Refresh() {
 				load = loadStep(float64(u) / float64(p.Capacity))
 			}
 		}
-		for _, t := range p.Types {
+		for j, t := range p.Types {
+			rate := s.prates[i][j]
 			slab = append(slab, entry{
 				id: p.ID, labels: p.Labels, head: t.Head, hasHead: t.HasHead,
 				load: load, concurrency: float64(max(1, p.Concurrency)), conn: p.Connected, relayed: p.Relayed,
 				capacity: int64(p.Capacity), used: int64(used),
-				health: s.phealth[i], stats: s.pstats[i], idx: int32(i),
+				health: s.phealth[i], stats: s.pstats[i], rate: rate, view: rate.read(now, s.cfg.Rating.Window), idx: int32(i),
 			})
 			ti := entryType[len(slab)-1]
 			lists[ti] = append(lists[ti], &slab[len(slab)-1])
 		}
 	}
-	s.views = views
 	prev := s.snap.Load()
 	snap := &snapshot{types: make(map[string]*typeView, len(names)), at: now}
 	for ti, name := range names {
@@ -408,7 +392,6 @@ func (s *Selector) Refresh() {
 		}
 		snap.types[name] = tv
 	}
-	s.views = nil
 	s.snap.Store(snap)
 	close(s.changed)
 	s.changed = make(chan struct{})
@@ -433,7 +416,7 @@ func (s *Selector) buildView(name string, entries []*entry) *typeView {
 		} else {
 			tv.headsKnown = false
 		}
-		v := s.views[e.idx]
+		v := e.view
 		e.rated = v.rated
 		// Only peers with outcomes enough now that can be chosen and that
 		// answered set the benchmark latency: neither a dead peer's old quick
@@ -445,7 +428,7 @@ func (s *Selector) buildView(name string, entries []*entry) *typeView {
 		}
 	}
 	for _, e := range entries {
-		in := scoreInputs{view: s.views[e.idx], bestLatency: best, load: e.load, relayed: e.relayed}
+		in := scoreInputs{view: e.view, bestLatency: best, load: e.load, relayed: e.relayed}
 		if e.hasHead && tv.maxHead > e.head {
 			in.headLag = float64(tv.maxHead - e.head)
 		}

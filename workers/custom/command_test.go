@@ -250,7 +250,11 @@ func TestCommandProgramRemovedTakesTheTypeOut(t *testing.T) {
 func TestCommandEscapedProcessIsReaped(t *testing.T) {
 	pidFile := filepath.Join(t.TempDir(), "pid")
 	c := newCommand(t, config.CustomTypeConfig{Command: []string{"sh", "-c",
-		"setsid sh -c 'echo $$ > " + pidFile + "; exec sleep 0.2' </dev/null >/dev/null 2>&1 & echo started"}})
+		// The program waits until the escaped process is out of its
+		// session (it wrote its pid), or its end would kill it with the
+		// group first.
+		"setsid sh -c 'echo $$ > " + pidFile + ".tmp; mv " + pidFile + ".tmp " + pidFile + "; exec sleep 0.2' </dev/null >/dev/null 2>&1 &" +
+			" while [ ! -s " + pidFile + " ]; do sleep 0.01; done; echo started"}, Timeout: 10 * time.Second})
 	if r := c.Do(context.Background(), nil); r.Outcome != workers.Success {
 		t.Fatalf("%v %q", r.Outcome, r.Error)
 	}

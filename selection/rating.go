@@ -61,6 +61,10 @@ type rating struct {
 	// still holds as unrated is not explored further once it is proven
 	// (pickInGroup).
 	proven atomic.Bool
+	// used says an outcome was ever recorded: a type that got no work
+	// yet (most of a large network's, for most types) reads as nothing
+	// without taking the lock.
+	used atomic.Bool
 }
 
 // observe notes the load an answer of the peer carried and reports whether
@@ -120,6 +124,7 @@ func (s *rating) record(o Outcome, latency time.Duration, now time.Time, halfLif
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.used.Store(true)
 	s.decay(now, halfLife)
 	s.n++
 	switch {
@@ -153,6 +158,9 @@ type view struct {
 }
 
 func (s *rating) read(now time.Time, halfLife time.Duration) view {
+	if !s.used.Load() {
+		return view{}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.decay(now, halfLife)

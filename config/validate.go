@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -147,8 +148,10 @@ func (n *NodeConfig) Validate() error {
 		}
 	}
 	if n.API != "" {
-		if _, _, err := net.SplitHostPort(n.API); err != nil {
+		if _, port, err := net.SplitHostPort(n.API); err != nil {
 			c.failf("api", "api %q is not host:port: %v", n.API, err)
+		} else if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
+			c.failf("api", "api %q: port %q is not a number from 0 to 65535", n.API, port)
 		}
 	}
 	for i, l := range n.Labels {

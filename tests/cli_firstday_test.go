@@ -72,6 +72,25 @@ func TestCLI_FirstDayMistakes(t *testing.T) {
 		}
 	})
 
+	t.Run("settings node start would refuse, named all at once", func(t *testing.T) {
+		args := []string{"--accept-work-from", "allowlist", "--allow-peer", "bad", "--work-types", "echo,http", "--http-allow", "300.1.1.1/8",
+			"--jsonrpc-chain-id", "xyz", "--bootstrap", "/ip4/127.0.0.1/udp/1/quic-v1/p2p/notapeer", "--listen", loopbackQUIC}
+		want := []string{`allow-peer entry 1 "bad"`, `http-allow entry 1 ("300.1.1.1/8")`, `jsonrpc-chain-id "xyz"`, "notapeer"}
+		for _, cmd := range [][]string{{"config", "validate"}, {"node", "start", "--data-dir", t.TempDir(), "--api", "127.0.0.1:0"}} {
+			r := runCLI(t, bin, nil, append(cmd, args...)...)
+			noPanic(t, r)
+			for _, w := range want {
+				if r.code != 2 || !strings.Contains(r.stderr, w) {
+					t.Errorf("%s: exit %d, want 2 naming %s:\n%s", strings.Join(cmd[:2], " "), r.code, w, r.stderr)
+				}
+			}
+		}
+		r := runCLI(t, bin, nil, "config", "validate", "--api", "127.0.0.1:99999")
+		if r.code != 2 || !strings.Contains(r.stderr, `port "99999" is not a number from 0 to 65535 (flag --api)`) {
+			t.Errorf("--api 127.0.0.1:99999: exit %d, want 2 naming the port and the flag:\n%s", r.code, r.stderr)
+		}
+	})
+
 	t.Run("a command at a path that is not there", func(t *testing.T) {
 		missing := filepath.Join(t.TempDir(), "enrich.sh")
 		path := writeConfig(t, fmt.Sprintf("work-types: [echo, enrich]\ncustom-types:\n  enrich:\n    command: [%q]\n", missing))

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"syscall"
 	"time"
 
@@ -15,7 +16,10 @@ import (
 
 	"github.com/workmesh/workmesh/config"
 	"github.com/workmesh/workmesh/node"
+	"github.com/workmesh/workmesh/workers/access"
 	"github.com/workmesh/workmesh/workers/builtin"
+	"github.com/workmesh/workmesh/workers/httpwork"
+	"github.com/workmesh/workmesh/workers/jsonrpc"
 )
 
 // shutdownTimeout bounds a clean shutdown after SIGINT or SIGTERM.
@@ -188,6 +192,20 @@ func checkStartable(cfg config.Config) error {
 	}
 	if _, err := builtin.NewRegistry(builtinTypes(cfg.Node.WorkTypes, cfg.CustomTypes)...); err != nil {
 		errs = append(errs, fmt.Errorf("--work-types: %w", err))
+	}
+	// What the work types and access rules parse when they are built.
+	if _, err := access.New(cfg.Access); err != nil {
+		errs = append(errs, err)
+	}
+	if slices.Contains(cfg.Node.WorkTypes, httpwork.Type) {
+		if h, err := httpwork.New(cfg.HTTP); err != nil {
+			errs = append(errs, err)
+		} else {
+			h.Close()
+		}
+	}
+	if err := jsonrpc.CheckChainID(cfg.JSONRPC.ChainID); err != nil {
+		errs = append(errs, err)
 	}
 	if len(errs) == 0 {
 		return nil

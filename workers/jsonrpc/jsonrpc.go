@@ -262,6 +262,18 @@ func New(ctx context.Context, cfg config.JSONRPCConfig, log logrus.FieldLogger, 
 }
 
 // parseChainID reads a chain ID in decimal or 0x-hex.
+// CheckChainID says what is wrong with a jsonrpc-chain-id, as New would
+// refuse it, or nil: for a check before anything starts.
+func CheckChainID(s string) error {
+	if s == "" {
+		return nil
+	}
+	if _, err := parseChainID(s); err != nil {
+		return fmt.Errorf("jsonrpc-chain-id %q: %w", s, err)
+	}
+	return nil
+}
+
 func parseChainID(s string) (uint64, error) {
 	s = strings.TrimSpace(s)
 	if strings.HasPrefix(s, "0x") || strings.HasPrefix(s, "0X") {

@@ -54,6 +54,7 @@ const (
 	reasonWorkFailed   = "work_failed"
 	reasonAllFailed    = "all_attempts_failed"
 	reasonTimeout      = "timeout"
+	reasonClientGone   = "client_gone" // the client went away before the result
 	reasonUnknownState = "unknown_status"
 	reasonDisputed     = "disputed"
 )
@@ -177,6 +178,9 @@ func (a *Work) serveWork(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	code, reason := classify(res)
+	if reason == reasonTimeout && r.Context().Err() != nil {
+		reason = reasonClientGone // not the network's doing
+	}
 	a.count(res.Status, reason)
 	a.writeJSON(w, code, responseOf(res))
 }

@@ -324,3 +324,23 @@ func TestNewAPIRejectsBadOptions(t *testing.T) {
 		t.Error("nil dispatch accepted")
 	}
 }
+
+// A request whose client went away before its result (Ctrl-C on submit,
+// a client's own timeout) is counted as the client's doing, not as a
+// timeout of the network.
+func TestAPIClientGoneCountedApart(t *testing.T) {
+	a, err := NewWork(func(ctx context.Context, _ dispatch.WorkRequest) dispatch.WorkResult {
+		<-ctx.Done()
+		return dispatch.WorkResult{Status: apiv1.StatusTimeout, Error: "cancelled before a result"}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // the client is gone
+	r := httptest.NewRequest(http.MethodPost, apiv1.WorkPath, strings.NewReader(`{"type":"echo","payload":"x"}`)).WithContext(ctx)
+	a.ServeHTTP(httptest.NewRecorder(), r)
+	if st := a.Stats(); st.ByReason[reasonClientGone] != 1 || st.ByReason[reasonTimeout] != 0 {
+		t.Errorf("by reason %v, want client_gone 1 and no timeout", st.ByReason)
+	}
+}

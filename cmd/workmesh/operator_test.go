@@ -309,3 +309,15 @@ func TestCompletion(t *testing.T) {
 		t.Errorf("completing peers --output: %q", stdout)
 	}
 }
+
+// The status line's counts add up to its requests: those the API refused
+// before dispatching them, which have no status, are counted too.
+func TestStatusCountsAddUp(t *testing.T) {
+	v := apiv1.StatusView{Requests: &apiv1.WorkStats{Requests: 38,
+		ByStatus: map[apiv1.Status]uint64{apiv1.StatusOK: 19, apiv1.StatusUnavailable: 7, apiv1.StatusTimeout: 4}}}
+	var buf bytes.Buffer
+	printStatus(&buf, "127.0.0.1:7400", v)
+	if want := "38 requests so far: 19 ok, 8 refused by the API, 7 unavailable, 4 timeout"; !strings.Contains(buf.String(), want) {
+		t.Fatalf("status lacks %q:\n%s", want, buf.String())
+	}
+}

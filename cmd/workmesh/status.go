@@ -65,7 +65,17 @@ func printStatus(w io.Writer, api string, v apiv1.StatusView) {
 	line := fmt.Sprintf("dispatch:   %d in flight", v.InFlight)
 	if v.Requests != nil {
 		line += fmt.Sprintf("; %d requests so far", v.Requests.Requests)
-		if by := countsText(stringKeys(v.Requests.ByStatus)); by != "" {
+		counts := stringKeys(v.Requests.ByStatus)
+		// The ones the API refused before dispatching (a bad body, one
+		// too large) have no status: the counts add up with them.
+		dispatched := uint64(0)
+		for _, n := range counts {
+			dispatched += n
+		}
+		if v.Requests.Requests > dispatched {
+			counts["refused by the API"] = v.Requests.Requests - dispatched
+		}
+		if by := countsText(counts); by != "" {
 			line += ": " + by
 		}
 	}

@@ -257,7 +257,7 @@ func parseBatchLine(line []byte, o submitOptions) (apiv1.WorkRequest, error) {
 	dec := json.NewDecoder(bytes.NewReader(line))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
-		return req, fmt.Errorf("not a JSON request object (fields type, payload, payload_b64, timeout, labels, min_head): %s",
+		return req, fmt.Errorf("not a JSON request object (fields type, payload, payload_b64, timeout, labels, min_head, verify): %s",
 			strings.TrimPrefix(err.Error(), "json: "))
 	}
 	if dec.More() {

@@ -175,6 +175,8 @@ func TestBatchUsage(t *testing.T) {
 		{"--file", "/nonexistent/requests.jsonl"},
 		{"--file", "x", "--concurrency", "0"},
 		{"--file", "x", "--payload", "p"},
+		{"--file", "x", "--explain"},
+		{"--file", "x", "--payload-file", "y"},
 		{"--file", "x", "--progress", "sometimes"},
 	} {
 		code, _, stderr := runRoot(t, nil, append([]string{"submit", "--api", "127.0.0.1:1"}, args...)...)

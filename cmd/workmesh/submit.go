@@ -104,6 +104,11 @@ func newSubmitCommand() *cobra.Command {
 				o.labels[i] = strings.TrimSpace(o.labels[i])
 			}
 			if o.file != "" {
+				for _, f := range []string{"explain", "payload", "payload-file"} {
+					if cmd.Flags().Changed(f) {
+						return usageError{fmt.Errorf("--%s does not go with --file: each line of the batch is a request of its own", f)}
+					}
+				}
 				ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 				defer stop()
 				return runBatch(ctx, o, cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr())

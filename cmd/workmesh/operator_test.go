@@ -175,13 +175,22 @@ func TestBatchUsage(t *testing.T) {
 		{"--file", "/nonexistent/requests.jsonl"},
 		{"--file", "x", "--concurrency", "0"},
 		{"--file", "x", "--payload", "p"},
-		{"--file", "x", "--explain"},
-		{"--file", "x", "--payload-file", "y"},
 		{"--file", "x", "--progress", "sometimes"},
 	} {
 		code, _, stderr := runRoot(t, nil, append([]string{"submit", "--api", "127.0.0.1:1"}, args...)...)
 		if code != 2 {
 			t.Errorf("submit %v: exit %d, want 2 (%s)", args, code, stderr)
+		}
+	}
+	// Flags of one request do not go with a batch of them.
+	batch := filepath.Join(t.TempDir(), "batch.jsonl")
+	if err := os.WriteFile(batch, []byte(`{"type":"echo","payload":"x"}`+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, flag := range [][]string{{"--explain"}, {"--payload-file", batch}} {
+		code, _, stderr := runRoot(t, nil, append([]string{"submit", "--api", "127.0.0.1:1", "--file", batch}, flag...)...)
+		if code != 2 || !strings.Contains(stderr, flag[0]+" does not go with --file") {
+			t.Errorf("submit --file %s: exit %d, want 2 saying it does not go with --file (%s)", flag[0], code, stderr)
 		}
 	}
 }

@@ -154,6 +154,8 @@ func (c *Command) Do(ctx context.Context, payload []byte) workers.Result {
 		why := "the request was cancelled"
 		if errors.Is(r.killed, context.DeadlineExceeded) {
 			why = fmt.Sprintf("its deadline passed (timeout %s, or the request's deadline if sooner)", c.timeout)
+		} else if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+			why = cause.Error() // the node stopping, say, rather than the client
 		}
 		return workers.Fail(workers.RetryableError, "work type %s: %s killed after %s: %s", c.name, c.argv[0], r.took.Round(time.Millisecond), why).
 			WithDetail(workers.Detail{Stderr: tail})

@@ -2,6 +2,7 @@ package custom
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -274,4 +275,17 @@ func TestCommandEscapedProcessIsReaped(t *testing.T) {
 		c.Do(context.Background(), nil) // a run ends by reaping strays
 		return fmt.Errorf("process %d: %s", pid, stat)
 	})
+}
+
+// A run killed because the node is stopping says so, not that its
+// request was cancelled.
+func TestCommandKilledSaysWhy(t *testing.T) {
+	c := newCommand(t, config.CustomTypeConfig{Command: []string{"sleep", "10"}})
+	ctx, cancel := context.WithCancelCause(context.Background())
+	done := make(chan workers.Result, 1)
+	go func() { done <- c.Do(ctx, nil) }()
+	cancel(errors.New("local worker closed"))
+	if r := <-done; r.Outcome != workers.RetryableError || !strings.Contains(r.Error, "killed after") || !strings.Contains(r.Error, ": local worker closed") {
+		t.Fatalf("run killed as the node stops: %v %q, want it to say why", r.Outcome, r.Error)
+	}
 }

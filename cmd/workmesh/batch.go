@@ -68,6 +68,9 @@ func runBatch(ctx context.Context, o submitOptions, stdin io.Reader, stdout, std
 	if err := checkOutput(&o.output); err != nil {
 		return err
 	}
+	if _, err := apiURL(o.api, ""); err != nil {
+		return err // a bad --api is one usage error, not one per line
+	}
 	switch {
 	case o.output == outputYAML:
 		return usageError{errors.New("--output yaml: a batch writes one JSON result a line; give text or json")}

@@ -245,38 +245,6 @@ func TestCommandProgramRemovedTakesTheTypeOut(t *testing.T) {
 	}
 }
 
-// A process that leaves its run's session (setsid) is out of the run's
-// reach, and outlives it; once it exits the node, its subreaper, reaps it
-// at the end of a run: it does not stay a zombie for the node's lifetime.
-func TestCommandEscapedProcessIsReaped(t *testing.T) {
-	pidFile := filepath.Join(t.TempDir(), "pid")
-	c := newCommand(t, config.CustomTypeConfig{Command: []string{"sh", "-c",
-		// The program waits until the escaped process is out of its
-		// session (it wrote its pid), or its end would kill it with the
-		// group first.
-		"setsid sh -c 'echo $$ > " + pidFile + ".tmp; mv " + pidFile + ".tmp " + pidFile + "; exec sleep 0.2' </dev/null >/dev/null 2>&1 &" +
-			" while [ ! -s " + pidFile + " ]; do sleep 0.01; done; echo started"}, Timeout: 10 * time.Second})
-	if r := c.Do(context.Background(), nil); r.Outcome != workers.Success {
-		t.Fatalf("%v %q", r.Outcome, r.Error)
-	}
-	var pid int
-	testkit.WaitFor(t, 5*time.Second, "the escaped process running", func() error {
-		b, err := os.ReadFile(pidFile)
-		if err == nil {
-			pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
-		}
-		return err
-	})
-	testkit.WaitFor(t, 5*time.Second, "the escaped process exited and reaped", func() error {
-		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			return nil // gone: reaped
-		}
-		c.Do(context.Background(), nil) // a run ends by reaping strays
-		return fmt.Errorf("process %d: %s", pid, stat)
-	})
-}
-
 // A run killed because the node is stopping says so, not that its
 // request was cancelled.
 func TestCommandKilledSaysWhy(t *testing.T) {

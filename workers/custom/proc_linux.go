@@ -3,14 +3,11 @@
 package custom
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
-	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -127,7 +124,6 @@ func runProcess(ctx context.Context, path string, argv, env []string, dir string
 		}
 	}
 	reapGroup(pid)
-	reapStrays()
 	r.took = time.Since(start)
 	// A process that left the group may still hold the pipes: do not
 	// wait for it past pipeWait.
@@ -165,40 +161,5 @@ func reapGroup(pgid int) {
 		if err != nil {
 			return // ECHILD: none left
 		}
-	}
-}
-
-// reapStrays reaps the node's children that have exited after leaving
-// their run's session (setsid): handed to the node, the subreaper, when
-// their parent died, they are no run's to wait for and would stay zombies
-// for the node's lifetime. A child in the node's own session is left
-// alone: a run's program, whose status its runProcess takes, or a process
-// something else of this one started.
-func reapStrays() {
-	self := os.Getpid()
-	sid, err := unix.Getsid(0)
-	if err != nil {
-		return
-	}
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		return
-	}
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		// "pid (comm) state ppid pgrp session ...": comm may hold spaces.
-		f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
-		if len(f) < 4 || f[0] != "Z" || f[1] != strconv.Itoa(self) || f[3] == strconv.Itoa(sid) {
-			continue
-		}
-		var ws syscall.WaitStatus
-		_, _ = syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
 	}
 }

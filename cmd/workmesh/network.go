@@ -392,9 +392,15 @@ func printStatement(w io.Writer, v statementView, now time.Time) {
 // line parses, and the node's certificate reads, verifies against that
 // authority and the network, is for the node's own peer ID when its data
 // dir has an identity, and does not expire within a day (a warning).
+// Every check of one command is as of the same instant (checkedAt), so a
+// command that loads its settings twice (config validate) words the
+// expiry warning alike both times and prints it once.
 func checkMembership(c *config.Config) []config.Finding {
-	return membershipFindings(c, time.Now())
+	return membershipFindings(c, checkedAt())
 }
+
+// checkedAt is when this process first checked a membership certificate.
+var checkedAt = sync.OnceValue(time.Now)
 
 func membershipFindings(c *config.Config, now time.Time) []config.Finding {
 	m := c.Membership

@@ -86,9 +86,9 @@ type health struct {
 	// strikes counts work requests the peer accepted and left unanswered
 	// past their deadline, less one for each answer (ReportStall,
 	// ReportAnswer); cordons counts the times in a row strikes cordoned it,
-	// and cordonUntil is when the last cordon ends: until then no poll,
-	// probe or answer brings the peer back (its pings are fine: that is
-	// what a stall is).
+	// and cordonUntil is when the last cordon (a stall's, or a dispute's:
+	// ReportDispute) ends: until then no poll, probe or answer brings the
+	// peer back (its pings are fine: that is what a stall or a lie is).
 	strikes, cordons int
 	cordonUntil      time.Time
 	// reason says why the peer is not StateAlive, for the peers view.

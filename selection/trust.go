@@ -133,6 +133,8 @@ func (l *Liveness) ReportDispute(id string) (Transition, bool) {
 		return Transition{}, false
 	}
 	h.nextAttempt = now.Add(t.DisputeCordon)
+	// As a stall cordon: no poll, probe or redial during it ends it sooner.
+	h.cordonUntil = h.nextAttempt
 	h.reason = fmt.Sprintf("disputed: %d results outvoted by other workers within %s (%d in all); cordoned for %s", len(h.disputeAt), t.DisputeWindow, h.disputes, t.DisputeCordon)
 	h.disputeAt = h.disputeAt[:0]
 	tr := Transition{Peer: id, From: from, To: StateUnreachable}

@@ -1,6 +1,7 @@
 package selection
 
 import (
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -44,6 +45,48 @@ func TestLiveness_DisputeCordons(t *testing.T) {
 		if id == "liar" {
 			t.Fatal("the liar is due for a redial within its cordon")
 		}
+	}
+}
+
+// A dispute cordon lasts its whole dispute-cordon, as a stall cordon does:
+// a poll that was in flight when it began, a probe that news of the peer
+// asked for, a failed redial and good polls during it do not bring the
+// liar back sooner; once it has passed, good polls do.
+func TestLiveness_DisputeCordonIsNotCutShortByPolls(t *testing.T) {
+	clk := testkit.NewFakeClock()
+	l, err := NewLiveness(config.LivenessConfig{
+		PollInterval: time.Second, PollFailureThreshold: 3, PollSuccessThreshold: 2,
+		RedialBackoffMin: time.Second, RedialBackoffMax: 8 * time.Second,
+	}, clk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.SetTrust(config.TrustConfig{DisputeThreshold: 2, DisputeWindow: time.Minute, DisputeCordon: 30 * time.Second})
+	l.handles([]string{"liar"})
+	l.Report("liar", true)
+	inFlight, _ := l.PollFor("liar")
+	l.ReportDispute("liar")
+	if _, changed := l.ReportDispute("liar"); !changed {
+		t.Fatal("two disputes did not cordon the liar")
+	}
+	start := clk.Now()
+	l.ReportPoll(inFlight, true) // sent before the cordon, answered after
+	news, _ := l.ProbeFor("liar")
+	l.ReportPoll(news, true)
+	l.Report("liar", false) // a redial that failed: no earlier redial
+	for clk.Now().Sub(start) < 30*time.Second {
+		if got := l.State("liar"); got != StateUnreachable {
+			t.Fatalf("%s into a 30s dispute cordon: %s, want unreachable", clk.Now().Sub(start), got)
+		}
+		if slices.Contains(l.Due(), "liar") {
+			t.Fatalf("due for a redial %s into a 30s dispute cordon", clk.Now().Sub(start))
+		}
+		l.Report("liar", true)
+		clk.Advance(time.Second)
+	}
+	report(l, "liar", "sss")
+	if got := l.State("liar"); got != StateAlive {
+		t.Fatalf("after the cordon and good polls: %s, want alive", got)
 	}
 }
 

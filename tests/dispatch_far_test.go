@@ -222,3 +222,41 @@ func TestDispatch_VeryFarWorkerFirstContact(t *testing.T) {
 		t.Fatalf("want ok by far, through the relay: %s", describe(res, name))
 	}
 }
+
+// idempotentWork declares its work safe to run on several workers at once,
+// so that a gateway serving it hedges it.
+type idempotentWork struct{ workers.Handler }
+
+func (idempotentWork) Traits() workers.Traits { return workers.Traits{Idempotent: workers.Always} }
+
+// A hedged request's attempt on a far worker runs out of its time first:
+// the far worker's budget keeps back its round trip (820ms here) for the
+// way back, the near worker's only a few milliseconds. The near attempt
+// still has time and answers within it, so the request ends with the near
+// worker's result, not as timed out when the far attempt gave up.
+func TestDispatch_OutOfTimeFarAttemptDoesNotCutOffANearHedge(t *testing.T) {
+	hits := newHitCounter()
+	far := startMember(t, hits, memberSpec{name: "far", cfg: withDefaults,
+		handlers: map[string]workers.Handler{"work": namedWork("far", hits)}}, nil)
+	relay := startDelayRelay(t, udpAddr(t, far.node.Host().Addrs()), farDelay)
+	via := fmt.Sprintf("/ip4/127.0.0.1/udp/%d/quic-v1/p2p/%s", relay.Port(), far.node.ID())
+	gw := startMember(t, hits, memberSpec{name: "gateway", cfg: func(c *config.Config) {
+		withDefaults(c)
+		c.Node.Bootstrap = []string{via}
+		c.Hedge.MaxCount, c.Hedge.Delay = 1, 50*time.Millisecond
+	}, handlers: map[string]workers.Handler{"work": idempotentWork{namedWork("local", hits)}}}, nil)
+	near := startMember(t, hits, memberSpec{name: "near", cfg: withDefaults,
+		handlers: map[string]workers.Handler{"work": namedWork("near", hits)}}, gw)
+	waitRanked(t, gw, "work", 2)
+	throughRelay(t, gw, far, relay)
+	name := peerName(gw, far, near)
+	// Far's budget ends about 4.2s in, and its answer saying so reaches
+	// the gateway about 4.4s in; near answers at 4.7s, its budget ending
+	// at 4.98s.
+	hits.reset()
+	res := gw.disp.Dispatch(context.Background(), dispatch.WorkRequest{ID: "hedged", Type: "work", Payload: []byte("4700ms"), Timeout: 5 * time.Second})
+	if res.Status != apiv1.StatusOK || name(res.Worker) != "near" || hits.get("far") != 1 || hits.get("near") != 1 || hits.get("local") != 0 {
+		t.Fatalf("want ok by near, both workers tried once and no local run: %s; runs: far %d, near %d, local %d",
+			describe(res, name), hits.get("far"), hits.get("near"), hits.get("local"))
+	}
+}

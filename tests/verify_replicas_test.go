@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"slices"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/workmesh/workmesh/config"
+	"github.com/workmesh/workmesh/node/apiv1"
 	"github.com/workmesh/workmesh/workers"
 	"github.com/workmesh/workmesh/workers/dispatch"
 )
@@ -97,4 +99,36 @@ func hasVoteOf(res dispatch.WorkResult, worker string) bool {
 		}
 	}
 	return false
+}
+
+// TestVerifyStartsNoReplicaOnceOneRanOutOfTime: a replica whose worker ran
+// the work until its time was up ends as timed out, and no replica is
+// started after it in the milliseconds left (as a plain request starts no
+// retry then): the first two workers run the work until the deadline, and
+// the third, which would answer at once, is never asked.
+func TestVerifyStartsNoReplicaOnceOneRanOutOfTime(t *testing.T) {
+	hits := newHitCounter()
+	untilDeadline := func(name string) workers.Handler {
+		return counting(name, hits, workers.HandlerFunc(func(ctx context.Context, _ []byte) workers.Result {
+			<-ctx.Done()
+			return workers.Fail(workers.RetryableError, "%s: killed: its deadline passed", name)
+		}))
+	}
+	// a and b lead (label group primary), so that they take the first two
+	// replicas; c, in group fallback, is the one a third replica would go to.
+	gw := startMember(t, hits, memberSpec{name: "gw", cfg: groupsConfig(true)}, nil)
+	a := startMember(t, hits, memberSpec{name: "a", labels: []string{"primary"}, handlers: map[string]workers.Handler{"sha256": untilDeadline("a")}}, gw)
+	b := startMember(t, hits, memberSpec{name: "b", labels: []string{"primary"}, handlers: map[string]workers.Handler{"sha256": untilDeadline("b")}}, gw)
+	c := startMember(t, hits, memberSpec{name: "c", labels: []string{"fallback"}, handlers: map[string]workers.Handler{"sha256": sha256Handler("c", hits)}}, gw)
+	waitRanked(t, gw, "sha256", 3)
+	name := peerName(a, b, c)
+	for i := range 3 {
+		hits.reset()
+		res := gw.submit(t, dispatch.WorkRequest{Type: "sha256", Payload: []byte("x"), Timeout: 600 * time.Millisecond,
+			Verify: config.Verify{Replicas: 3, Agree: 2}})
+		if res.Status != apiv1.StatusTimeout || hits.total() != 2 || hits.get("c") != 0 {
+			t.Fatalf("request %d: %s; runs a %d, b %d, c %d: want a timeout after the two replicas that used the deadline, and no third",
+				i, describe(res, name), hits.get("a"), hits.get("b"), hits.get("c"))
+		}
+	}
 }

@@ -55,6 +55,9 @@ type strategy interface {
 	// stop ends the attempts still running, hands each to the loop's
 	// abandoned, and returns when all of them have ended.
 	stop()
+	// running counts the attempts started whose result next has not
+	// returned yet.
+	running() int
 }
 
 // attemptLoop is the state of one request's remote attempts that every
@@ -69,6 +72,11 @@ type attemptLoop struct {
 	// inline is the inline strategy, kept here so that the common path
 	// allocates nothing of its own: the loop is one allocation.
 	inline inline
+	// outOfTime is set once an attempt failed having used its whole
+	// budget: no attempt starts after it, and the request ends as timed
+	// out unless an attempt still running (a hedge on a nearer worker,
+	// whose budget ends later) decides it.
+	outOfTime bool
 }
 
 // attemptResult is what one attempt reports back.
@@ -148,8 +156,14 @@ func (l *attemptLoop) run(s strategy) {
 				// No other worker, nor the local one, starts the work
 				// again in the milliseconds left: work with side effects
 				// would run twice, and could not finish anyway.
-				l.res.Status, l.res.Error = apiv1.StatusTimeout, fmt.Sprintf("no result within %s", requestTimeout(l.req))
-				return
+				l.outOfTime = true
+			}
+			if l.outOfTime {
+				if s.running() == 0 {
+					l.timedOut()
+					return
+				}
+				continue
 			}
 			if v == selection.Retry {
 				s.retry(l.d.cfg.Worker.RetryDelay)
@@ -158,12 +172,18 @@ func (l *attemptLoop) run(s strategy) {
 			if l.cutShort() {
 				return
 			}
+			if l.outOfTime {
+				continue
+			}
 			if pk, ok := l.plan.Next(); ok {
 				l.launch(s, pk)
 			}
 		case hedgeDue:
 			if l.cutShort() {
 				return
+			}
+			if l.outOfTime {
+				continue
 			}
 			if pk, ok := l.plan.Hedge(); ok {
 				l.launch(s, pk)
@@ -172,7 +192,11 @@ func (l *attemptLoop) run(s strategy) {
 			l.cutShort()
 			return
 		case idle:
-			if !l.cutShort() {
+			switch {
+			case l.cutShort():
+			case l.outOfTime:
+				l.timedOut()
+			default:
 				l.undecided()
 			}
 			return
@@ -198,6 +222,11 @@ func (l *attemptLoop) launch(s strategy, pk selection.Pick) {
 	for _, id := range l.plan.Upcoming(l.d.cfg.Worker.MaxRemoteWorkers) {
 		l.dials.start(id)
 	}
+}
+
+// timedOut ends a loop whose attempts ran out of time undecided.
+func (l *attemptLoop) timedOut() {
+	l.res.Status, l.res.Error = apiv1.StatusTimeout, fmt.Sprintf("no result within %s", requestTimeout(l.req))
 }
 
 // undecided ends a loop that ran out of attempts with no decision.
@@ -259,6 +288,8 @@ func (s *inline) next() (event, attemptResult) {
 // stop has nothing to do: an inline attempt has ended when next returns.
 func (s *inline) stop() {}
 
+func (s *inline) running() int { return 0 }
+
 // hedged runs each attempt in a goroutine of its own, so that a hedge can
 // run beside the attempt it hedges: hedge-delay after an attempt starts the
 // loop may ask another peer too, and the first result the plan accepts
@@ -269,8 +300,8 @@ type hedged struct {
 	cancel  context.CancelFunc
 	results chan attemptResult
 	wg      sync.WaitGroup // the attempt goroutines
-	// running counts the attempts whose result is not yet taken.
-	running        int
+	// runningN counts the attempts whose result is not yet taken.
+	runningN       int
 	hedgeC, retryC <-chan time.Time
 }
 
@@ -283,7 +314,7 @@ func newHedged(l *attemptLoop) *hedged {
 }
 
 func (h *hedged) start(pk selection.Pick) {
-	h.running++
+	h.runningN++
 	h.wg.Go(func() { h.results <- h.l.d.attempt(h.ctx, h.l.req, pk, &h.l.dials) })
 	h.hedgeC = time.After(h.l.plan.HedgeDelay())
 }
@@ -291,12 +322,12 @@ func (h *hedged) start(pk selection.Pick) {
 func (h *hedged) retry(delay time.Duration) { h.retryC = time.After(delay) }
 
 func (h *hedged) next() (event, attemptResult) {
-	if h.running == 0 && h.retryC == nil {
+	if h.runningN == 0 && h.retryC == nil {
 		return idle, attemptResult{}
 	}
 	select {
 	case r := <-h.results:
-		h.running--
+		h.runningN--
 		return ended, r
 	case <-h.retryC:
 		h.retryC = nil
@@ -308,6 +339,8 @@ func (h *hedged) next() (event, attemptResult) {
 		return requestEnded, attemptResult{}
 	}
 }
+
+func (h *hedged) running() int { return h.runningN }
 
 func (h *hedged) stop() {
 	h.cancel()

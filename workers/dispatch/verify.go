@@ -135,9 +135,12 @@ func (d *Dispatcher) verified(ctx context.Context, req WorkRequest) WorkResult {
 					return d.tally(req, all, vt.digest, counts)
 				}
 			}
-			if rctx.Err() == nil {
+			if rctx.Err() == nil && vt.res.Status != apiv1.StatusTimeout {
 				// Enough replicas running again for the leading result
-				// to reach Agree, should they all side with it.
+				// to reach Agree, should they all side with it. Not
+				// after a replica that ran out of time: one started in
+				// the milliseconds left could not finish either, and
+				// would run the work once more for nothing.
 				start(v.Agree - best - running)
 			}
 		case <-ctx.Done():

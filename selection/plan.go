@@ -411,16 +411,29 @@ func (p *Plan) selectable(e *entry) bool {
 // Report records the outcome of an attempt on a picked peer and says what
 // to do next. Every outcome feeds rating; an unreachable one feeds liveness.
 func (p *Plan) Report(pk Pick, o Outcome, latency time.Duration) Verdict {
+	v, _, _ := p.ReportAttempt(pk, o, latency)
+	return v
+}
+
+// ReportAttempt is Report that also returns the liveness transition the
+// outcome caused, if any: the attempt that made the peer unreachable, told
+// to exactly one of the attempts that report at the same time.
+func (p *Plan) ReportAttempt(pk Pick, o Outcome, latency time.Duration) (Verdict, Transition, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	i := slices.IndexFunc(p.tried, func(t tried) bool { return t.e.id == pk.Peer })
 	if i < 0 || p.tried[i].reported {
-		return Ignored
+		return Ignored, Transition{}, false
 	}
 	t := &p.tried[i]
 	t.reported = true
 	t.e.stats.inflight.Add(-1)
-	p.s.record(t.e, o, latency)
+	tr, changed := p.s.record(t.e, o, latency)
+	return p.verdictLocked(t, o, latency), tr, changed
+}
+
+// verdictLocked says what to do after attempt t's outcome o.
+func (p *Plan) verdictLocked(t *tried, o Outcome, latency time.Duration) Verdict {
 	if p.req.Idempotent {
 		p.s.observeHedge(p.req.WorkType, o, latency)
 	}

@@ -252,20 +252,22 @@ func (s *Selector) MaybeRefresh() bool {
 }
 
 // record feeds one attempt's outcome to rating and, when the peer could not
-// be reached, to liveness.
-func (s *Selector) record(e *entry, o Outcome, latency time.Duration) {
+// be reached, to liveness; it returns the liveness transition that caused,
+// if any.
+func (s *Selector) record(e *entry, o Outcome, latency time.Duration) (t Transition, changed bool) {
 	if o == Cancelled {
-		return
+		return Transition{}, false
 	}
 	e.rate.record(o, latency, s.clock.Now(), s.cfg.Rating.Window, float64(max(1, s.cfg.Rating.MinSamples)))
 	if o == Unreachable {
 		// Dispatch only adds evidence of unreachability; recovery is proven
 		// by polls, so a grey peer cannot hide behind its successes.
-		s.live.Report(e.id, false)
+		t, changed = s.live.Report(e.id, false)
 	}
 	s.mu.Lock()
 	s.dirty = true
 	s.mu.Unlock()
+	return t, changed
 }
 
 // entry is one peer as a candidate for one work type, in a snapshot.

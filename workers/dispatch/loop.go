@@ -126,18 +126,12 @@ func (l *attemptLoop) run(s strategy) {
 		switch ev {
 		case ended:
 			l.d.attemptEnded(l.req.Type, r.outcome, r.dur)
-			before := selection.StateUnreachable
-			if r.outcome == workers.Unreachable {
-				before = l.d.sel.Liveness().State(r.pick.Peer)
-			}
-			v := l.plan.Report(r.pick, r.outcome, r.dur)
-			if before != selection.StateUnreachable {
+			v, t, changed := l.plan.ReportAttempt(r.pick, r.outcome, r.dur)
+			if changed {
 				// Attempts that could not reach a peer count as failed
 				// polls: the one that made it unreachable is logged as
 				// a poll's would be.
-				if now := l.d.sel.Liveness().State(r.pick.Peer); now == selection.StateUnreachable {
-					l.d.logTransition(selection.Transition{Peer: r.pick.Peer, From: before, To: now}, r.err)
-				}
+				l.d.logTransition(t, r.err)
 			}
 			if r.outcome == workers.Busy {
 				if det := workers.DetailOf(r.resp.Result); det != nil && det.RetryAfter > 0 {

@@ -5,6 +5,7 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -351,16 +352,27 @@ func TestDispatch_UnreachableByAttemptsIsLogged(t *testing.T) {
 	d := testDispatcher(t, cfg, p)
 	log, hook := logrustest.NewNullLogger()
 	d.log = log
+	// Requests at once, so that several attempts that could not reach the
+	// peer report together: the one whose report made it unreachable logs.
 	for i := 0; i < 3*cfg.Liveness.PollFailureThreshold && d.sel.Liveness().State(string(p.id)) != selection.StateUnreachable; i++ {
-		d.Dispatch(context.Background(), WorkRequest{Type: "sha256", Payload: []byte("x"), Timeout: 5 * time.Second})
+		var wg sync.WaitGroup
+		for range 2 * cfg.Liveness.PollFailureThreshold {
+			wg.Go(func() {
+				d.Dispatch(context.Background(), WorkRequest{Type: "sha256", Payload: []byte("x"), Timeout: 5 * time.Second})
+			})
+		}
+		wg.Wait()
 	}
 	if got := d.sel.Liveness().State(string(p.id)); got != selection.StateUnreachable {
 		t.Fatalf("after attempts that could not reach it: %s, want unreachable", got)
 	}
+	lines := 0
 	for _, e := range hook.AllEntries() {
 		if e.Message == "peer liveness changed" && e.Data["to"] == "unreachable" && e.Data["peer"] == p.id.String() && e.Level == logrus.InfoLevel {
-			return
+			lines++
 		}
 	}
-	t.Fatalf("no info line says the peer turned unreachable; logged: %d entries", len(hook.AllEntries()))
+	if lines != 1 {
+		t.Fatalf("%d info lines say the peer turned unreachable, want 1; logged: %d entries", lines, len(hook.AllEntries()))
+	}
 }

@@ -89,6 +89,9 @@ func ParseVerify(s string) (Verify, error) {
 		return Verify{}, fmt.Errorf("verify %q is not agree/replicas (such as 2/3)", s)
 	}
 	v := Verify{Replicas: replicas, Agree: agree}
+	if v == (Verify{}) {
+		return Verify{}, fmt.Errorf("verify %q asks for no replicas: want agree/replicas such as 2/3, or off for no check", s)
+	}
 	if p := v.Problem(); p != "" {
 		return Verify{}, fmt.Errorf("verify %q: %s", s, p)
 	}

@@ -11,7 +11,7 @@ func TestParseVerify(t *testing.T) {
 			t.Errorf("ParseVerify(%q) = %+v, %v; want %+v", in, got, err, want)
 		}
 	}
-	for in, why := range map[string]string{"2": "not agree/replicas", "a/3": "not agree/replicas", "1/3": "more than half", "4/3": "at most replicas", "1/1": "from 2 to", "9/17": "from 2 to"} {
+	for in, why := range map[string]string{"2": "not agree/replicas", "a/3": "not agree/replicas", "1/3": "more than half", "4/3": "at most replicas", "1/1": "from 2 to", "9/17": "from 2 to", "0/0": "or off for no check"} {
 		if _, err := ParseVerify(in); err == nil || !strings.Contains(err.Error(), why) {
 			t.Errorf("ParseVerify(%q) = %v, want an error saying %q", in, err, why)
 		}

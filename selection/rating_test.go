@@ -443,3 +443,47 @@ func TestRating_IsPerWorkType(t *testing.T) {
 		t.Fatalf("rpc score of a peer failing every rpc %.3f, want it low", sc)
 	}
 }
+
+// A peer that withdraws a work type for a while (its health flapped, or it
+// means to shed its record) and advertises it again keeps its rating for
+// that type: its failures still count, it is not a newcomer to explore
+// again. A peer that leaves and comes back starts afresh.
+func TestRating_WithdrawnTypeKeepsItsRating(t *testing.T) {
+	flappy := Peer{ID: "flappy", Types: []TypeInfo{{Name: "sha256"}, {Name: "rpc"}}}
+	s, _ := newSelector(t, testConfig(), flappy, peer("good"))
+	for range 20 {
+		p := s.Plan(Request{WorkType: "sha256"})
+		for {
+			pk := mustNext(t, p)
+			if pk.Peer == "flappy" {
+				p.Report(pk, RetryableError, time.Millisecond)
+				continue
+			}
+			p.Report(pk, Success, time.Millisecond)
+			break
+		}
+	}
+	s.Refresh()
+	judged := func(when string) {
+		t.Helper()
+		r := s.Ranking("sha256")
+		if len(r) != 2 || r[0].Peer != "good" || r[1].Peer != "flappy" || !r[1].Rated || r[1].Score >= r[0].Score {
+			t.Fatalf("%s: ranking %+v, want good first and flappy rated below it", when, r)
+		}
+	}
+	judged("after 20 failures")
+	withdrawn := Peer{ID: "flappy", Types: []TypeInfo{{Name: "rpc"}}}
+	s.SetPeers([]Peer{withdrawn, peer("good")})
+	if r := s.Ranking("sha256"); len(r) != 1 {
+		t.Fatalf("sha256 withdrawn: ranking %+v, want good alone", r)
+	}
+	s.SetPeers([]Peer{flappy, peer("good")})
+	judged("withdrawn and advertised again")
+	s.SetPeers([]Peer{peer("good")})
+	s.SetPeers([]Peer{flappy, peer("good")})
+	for _, r := range s.Ranking("sha256") {
+		if r.Peer == "flappy" && r.Rated {
+			t.Fatalf("a peer that left and came back: %+v, want it unrated", r)
+		}
+	}
+}

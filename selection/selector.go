@@ -218,9 +218,18 @@ func (s *Selector) SetPeers(peers []Peer) {
 		}
 		s.pstats[i] = st
 	}
-	// Each type of each peer is rated apart; a type the peer no longer
-	// serves, or a peer that left, is forgotten.
+	// Each type of each peer is rated apart. A peer that left is
+	// forgotten; a type a present peer no longer advertises keeps its
+	// rating if it was ever used, so that a peer withdrawing a type for a
+	// while (its health flapped, or to shed a bad rating) is judged on its
+	// record when it advertises the type again. Those are bounded by the
+	// types this node sent the peer work of.
 	rates := make(map[rateKey]*rating, len(s.rates))
+	for k, r := range s.rates {
+		if _, ok := keep[k.peer]; ok && r.used.Load() {
+			rates[k] = r
+		}
+	}
 	s.prates = make([][]*rating, len(cp))
 	for i, p := range cp {
 		s.prates[i] = make([]*rating, len(p.Types))

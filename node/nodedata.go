@@ -12,6 +12,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/record"
 	ma "github.com/multiformats/go-multiaddr"
 	"github.com/workmesh/workmesh/node/apiv1"
+	"google.golang.org/protobuf/encoding/protowire"
 )
 
 // MaxRecordSize bounds a signed NodeData envelope on every path (gossip, DHT,
@@ -301,9 +302,18 @@ func OpenNodeData(data []byte, network string) (*SignedNodeData, error) {
 // envelopeSigner returns the peer whose key signed the envelope in data,
 // without checking the signature or decoding the record: enough to look up
 // what the table holds of that peer, never enough to trust the record.
+//
+// Every gossiped record and every synced one is looked up this way, most of
+// them held already, so an Ed25519 key (every workmesh node's) is read off
+// the envelope's bytes as they are: its peer ID inlines the key's protobuf
+// encoding, which is the envelope's public_key field when that is in its
+// canonical form. Any other key, or form, takes the whole decoding.
 func envelopeSigner(data []byte) (peer.ID, bool) {
 	if len(data) > MaxRecordSize {
 		return "", false
+	}
+	if id, ok := ed25519Signer(data); ok {
+		return id, true
 	}
 	env, err := record.UnmarshalEnvelope(data)
 	if err != nil {
@@ -311,4 +321,41 @@ func envelopeSigner(data []byte) (peer.ID, bool) {
 	}
 	id, err := peer.IDFromPublicKey(env.PublicKey)
 	return id, err == nil
+}
+
+// ed25519Key is how the canonical protobuf encoding of an Ed25519 public
+// key begins: field 1 (key type) = 1 (Ed25519), then field 2 (data) of 32
+// bytes. A peer ID inlines such an encoding (36 bytes) as an identity
+// multihash: code 0x00, length 0x24.
+var ed25519Key = []byte{0x08, 0x01, 0x12, 0x20}
+
+// ed25519Signer returns the peer ID of the envelope's public key when the
+// envelope carries it once and it is an Ed25519 key in canonical form.
+func ed25519Signer(data []byte) (peer.ID, bool) {
+	var key []byte
+	for len(data) > 0 {
+		num, typ, n := protowire.ConsumeTag(data)
+		if n < 0 {
+			return "", false
+		}
+		data = data[n:]
+		if num == 1 {
+			if typ != protowire.BytesType || key != nil {
+				return "", false
+			}
+			key, n = protowire.ConsumeBytes(data)
+		} else {
+			n = protowire.ConsumeFieldValue(num, typ, data)
+		}
+		if n < 0 {
+			return "", false
+		}
+		data = data[n:]
+	}
+	if len(key) != len(ed25519Key)+32 || !bytes.HasPrefix(key, ed25519Key) {
+		return "", false
+	}
+	id := make([]byte, 0, 2+len(key))
+	id = append(id, 0x00, byte(len(key)))
+	return peer.ID(append(id, key...)), true
 }

@@ -199,3 +199,46 @@ func withBadSignature(data []byte) []byte {
 	b[len(b)-1] ^= 1
 	return b
 }
+
+// The signer read off an envelope's bytes is the peer ID of its key: for
+// Ed25519 keys without decoding the envelope, for other keys by decoding
+// it; an envelope that does not parse, or names its key twice, has none.
+func TestEnvelopeSigner(t *testing.T) {
+	for range 20 {
+		key, id := newKey(t)
+		env, err := SignNodeData(sampleNodeData(id, 1), key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, ok := ed25519Signer(env); !ok || got != id {
+			t.Fatalf("Ed25519 signer read off the bytes: %s, %v; want %s", got, ok, id)
+		}
+		if got, ok := envelopeSigner(env); !ok || got != id {
+			t.Fatalf("envelopeSigner: %s, %v; want %s", got, ok, id)
+		}
+	}
+	sk, _, err := crypto.GenerateSecp256k1Key(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := peer.IDFromPrivateKey(sk)
+	env := signRaw(t, &rawPayload{payload: []byte("{}")}, sk)
+	if _, ok := ed25519Signer(env); ok {
+		t.Fatal("a secp256k1 key read as Ed25519")
+	}
+	if got, ok := envelopeSigner(env); !ok || got != want {
+		t.Fatalf("secp256k1 signer: %s, %v; want %s", got, ok, want)
+	}
+	key, _ := newKey(t)
+	good := signRaw(t, &rawPayload{payload: []byte("{}")}, key)
+	for name, b := range map[string][]byte{
+		"cut":       good[:len(good)/2],
+		"junk":      []byte("not a protobuf at all"),
+		"key twice": append(append([]byte{}, good...), good[:38]...),
+		"no key":    good[38:],
+	} {
+		if id, ok := ed25519Signer(b); ok {
+			t.Errorf("%s: signer %s read off the bytes, want none", name, id)
+		}
+	}
+}

@@ -32,6 +32,12 @@ type Request struct {
 	// Claims, when set, is shared by the plans of one verified request's
 	// replicas: a peer one of them took is never offered to another.
 	Claims *Claims
+	// Ran lists, for a plan of a request back from the admission queue
+	// (Again), the peers its earlier rounds gave it to that did not
+	// refuse it as busy: they ran the work, or may have, and are never
+	// offered it again. Retries is what those rounds spent of max-retries.
+	Ran     []string
+	Retries int
 }
 
 // Pick is one peer a plan offers, with why it stands where it does.
@@ -104,6 +110,7 @@ func (s *Selector) Plan(req Request) *Plan {
 		},
 	}
 	p.tried = p.triedBuf[:0]
+	p.retries = req.Retries
 	p.rnd = splitmix(s.seed + s.plans.Add(1))
 	if tv == nil {
 		return p
@@ -120,6 +127,14 @@ func (s *Selector) Plan(req Request) *Plan {
 	// truth. Unknown heads fail open.
 	p.beyondHead = req.HasMinHead && tv.headsKnown && len(tv.all) > 0 && req.MinHead > tv.maxHead
 	return p
+}
+
+// Retries returns how many of max-retries the request has spent, in this
+// plan and the earlier rounds it was made with (Request.Retries).
+func (p *Plan) Retries() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.retries
 }
 
 // Idempotent reports whether the request may be hedged.
@@ -327,7 +342,7 @@ func (p *Plan) pickInGroup(g *group, first bool) *entry {
 	found := 0
 	for i := range n {
 		e := g.members[(start+i)%n]
-		if !p.selectable(e) || p.req.Claims != nil && p.req.Claims.Has(e.id) {
+		if !p.selectable(e) || p.req.Claims != nil && p.req.Claims.Has(e.id) || len(p.req.Ran) > 0 && slices.Contains(p.req.Ran, e.id) {
 			continue
 		}
 		inflight := e.stats.inflight.Load()

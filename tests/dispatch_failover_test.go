@@ -2,6 +2,7 @@ package tests
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -200,5 +201,36 @@ func TestDispatch_WorkThatRanOutOfTimeEndsTheRequestAsTimedOut(t *testing.T) {
 		if want := "no result within 600ms"; res.Error != want {
 			t.Fatalf("request %d: error %q, want %q", i, res.Error, want)
 		}
+	}
+}
+
+// A request that waits in the admission queue (every worker it could go to
+// was busy) is placed again, each round with a fresh plan: a worker that
+// did not refuse it in an earlier round (it ran the work, or may have: a
+// write whose answer was lost) is not given it again, and the retries the
+// earlier rounds spent stay spent. Here a fails the write after running
+// it, b is busy for its first three requests: the request waits for b and
+// ends with b's answer, a having run it once.
+func TestDispatch_AdmissionRoundsDoNotRunWorkAgainOnAWorkerThatRanIt(t *testing.T) {
+	hits := newHitCounter()
+	oneRetry := func(c *config.Config) { c.Worker.MaxRetries = 1 }
+	var bRuns atomic.Int32
+	busyThenOK := workers.HandlerFunc(func(context.Context, []byte) workers.Result {
+		if bRuns.Add(1) <= 3 {
+			return workers.Fail(workers.Busy, "b: busy")
+		}
+		return workers.OK([]byte("b"))
+	})
+	gw := startMember(t, hits, memberSpec{name: "gw", cfg: oneRetry}, nil)
+	a := startMember(t, hits, memberSpec{name: "a", handlers: map[string]workers.Handler{
+		"write": counting("a", hits, fixedResult(workers.Fail(workers.RetryableError, "a: upstream 502 after the write")))}}, gw)
+	b := startMember(t, hits, memberSpec{name: "b", handlers: map[string]workers.Handler{"write": counting("b", hits, busyThenOK)}}, gw)
+	waitRanked(t, gw, "write", 2)
+	name := peerName(a, b)
+	hits.reset()
+	res := gw.submit(t, dispatch.WorkRequest{Type: "write", Payload: []byte("POST /charge"), Timeout: 5 * time.Second})
+	if res.Status != apiv1.StatusOK || name(res.Worker) != "b" || hits.get("a") != 1 || hits.get("b") != 4 || res.BusyRefusals == 0 {
+		t.Fatalf("want ok by b after waiting, a run once and b four times: %s; runs a %d, b %d; busy refusals %d",
+			describe(res, name), hits.get("a"), hits.get("b"), res.BusyRefusals)
 	}
 }

@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
+	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/workmesh/workmesh/node/apiv1"
 	"github.com/workmesh/workmesh/selection"
 	"github.com/workmesh/workmesh/workers"
@@ -85,16 +87,21 @@ func (d *Dispatcher) place(ctx context.Context, req WorkRequest, sreq selection.
 			return overloaded(res, d.tooLate(req, deadline, queuedSince, need))
 		}
 		// The next round's result lists this round's attempts but the busy
-		// answers, which it counts.
+		// answers, which it counts. A remote worker that did not refuse
+		// it ran the work, or may have: the next rounds do not give it
+		// the work again, and the retries spent stay spent.
 		kept = kept[:0:0]
 		for _, a := range res.Attempts {
 			if a.Outcome == workers.Busy {
 				refusals++
-			} else {
-				kept = append(kept, a)
+				continue
+			}
+			kept = append(kept, a)
+			if id, err := peer.Decode(a.Peer); err == nil && !slices.Contains(sreq.Ran, string(id)) {
+				sreq.Ran = append(sreq.Ran, string(id))
 			}
 		}
-		sreq.Again = true
+		sreq.Again, sreq.Retries = true, plan.Retries()
 		plan = d.sel.Plan(sreq)
 	}
 }

@@ -37,7 +37,7 @@ func benchSelectorTypes(b *testing.B, n, types int) *Selector {
 			if (i+k)%9 == 0 {
 				o = RetryableError
 			}
-			st.record(o, time.Duration(1+i%13)*time.Millisecond, s.clock.Now(), cfg.Rating.Window, float64(cfg.Rating.MinSamples))
+			st.record(o, time.Duration(1+i%13)*time.Millisecond, s.clock.Now(), cfg.Rating.Window, float64(cfg.Rating.MinSamples), false)
 		}
 	}
 	s.Refresh()
@@ -104,7 +104,7 @@ func BenchmarkPlanFirstPickFewRated(b *testing.B) {
 			for i := range 5 { // five rated peers
 				st := s.rates[rateKey{peers[i*(n/5)].ID, "sha256"}]
 				for range 4 {
-					st.record(Success, time.Millisecond, s.clock.Now(), cfg.Rating.Window, float64(cfg.Rating.MinSamples))
+					st.record(Success, time.Millisecond, s.clock.Now(), cfg.Rating.Window, float64(cfg.Rating.MinSamples), false)
 				}
 			}
 			s.Refresh()

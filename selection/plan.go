@@ -58,6 +58,8 @@ type tried struct {
 	e        *entry
 	group    int
 	reported bool
+	// missed: it answered empty and the request went on (a miss).
+	missed bool
 }
 
 // Plan is the per-request state of one dispatch: the peers already tried,
@@ -82,6 +84,9 @@ type Plan struct {
 	hedges     int
 	beyondHead bool
 	decided    bool
+	// succeeded: a worker answered the request with data, which
+	// contradicts every miss of it (tried.missed).
+	succeeded bool
 	// afterBusy: the last attempt reported was refused as busy, so the next
 	// pick is a busy move (see Next), not a retry.
 	afterBusy bool
@@ -443,7 +448,14 @@ func (p *Plan) ReportAttempt(pk Pick, o Outcome, latency time.Duration) (Verdict
 	t := &p.tried[i]
 	t.reported = true
 	t.e.stats.inflight.Add(-1)
-	tr, changed := p.s.record(t.e, o, latency)
+	miss := o == Empty && !p.beyondHead
+	tr, changed := p.s.record(t.e, o, latency, miss)
+	if miss {
+		t.missed = true
+		if p.succeeded {
+			p.s.contradicted(t.e)
+		}
+	}
 	return p.verdictLocked(t, o, latency), tr, changed
 }
 
@@ -456,7 +468,15 @@ func (p *Plan) verdictLocked(t *tried, o Outcome, latency time.Duration) Verdict
 		return Ignored
 	}
 	switch o {
-	case Success, PermanentError:
+	case Success:
+		p.decided, p.succeeded = true, true
+		for i := range p.tried {
+			if p.tried[i].missed {
+				p.s.contradicted(p.tried[i].e)
+			}
+		}
+		return Done
+	case PermanentError:
 		p.decided = true
 		return Done
 	case Empty:

@@ -117,8 +117,10 @@ func (s *rating) decay(now time.Time, halfLife time.Duration) {
 	s.last = now
 }
 
-// record adds one outcome; minSamples is rating-min-samples.
-func (s *rating) record(o Outcome, latency time.Duration, now time.Time, halfLife time.Duration, minSamples float64) {
+// record adds one outcome; minSamples is rating-min-samples. A miss is an
+// empty answer the request went on from (at or below the head): the peer
+// took that long, but it is no answer, so it sets no latency of answers.
+func (s *rating) record(o Outcome, latency time.Duration, now time.Time, halfLife time.Duration, minSamples float64, miss bool) {
 	if o == Cancelled || o >= NumOutcomes {
 		return
 	}
@@ -137,7 +139,7 @@ func (s *rating) record(o Outcome, latency time.Duration, now time.Time, halfLif
 		l := math.Log(latency.Seconds())
 		s.logLat += l
 		s.latN++
-		if o == Success || o == Empty {
+		if o == Success || o == Empty && !miss {
 			s.ansLog += l
 			s.ansN++
 		}
@@ -145,6 +147,16 @@ func (s *rating) record(o Outcome, latency time.Duration, now time.Time, halfLif
 	if s.n >= minSamples {
 		s.proven.Store(true)
 	}
+}
+
+// contradict turns a miss recorded before into an error: another worker
+// answered the same request with data, so the peer's empty answer was
+// wrong (it lied, or lost what it claims to hold).
+func (s *rating) contradict(now time.Time, halfLife time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.decay(now, halfLife)
+	s.errs = min(s.errs+1, s.n)
 }
 
 // view is a point-in-time reading of stats; latency is the geometric mean

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/workmesh/workmesh/config"
 )
 
 // feed reports n outcomes for a peer through real plans.
@@ -486,4 +488,81 @@ func TestRating_WithdrawnTypeKeepsItsRating(t *testing.T) {
 			t.Fatalf("a peer that left and came back: %+v, want it unrated", r)
 		}
 	}
+}
+
+// A worker that answers every request empty, at or below the head, while
+// other workers answer it with data, misses: its quick empty answers are
+// not answers for rating (they set no latency benchmark), and each one
+// another worker contradicted with data counts as an error. It ends last
+// and gets few first attempts, and the requests do not run out of retries
+// on it. When every worker answers empty, the empty answer is the truth
+// and counts against none of them.
+func TestRating_AWorkerThatAlwaysMissesRanksLast(t *testing.T) {
+	cfg := config.Defaults() // the retry budget on
+	s, clk := newSelector(t, cfg, peer("liar"), peer("h1"), peer("h2"))
+	first := map[string]int{}
+	unanswered := 0
+	for i := range 2000 {
+		clk.Advance(5 * time.Millisecond)
+		if i%20 == 0 {
+			s.Refresh()
+		}
+		p := s.Plan(Request{WorkType: "sha256"})
+		for n := 0; ; n++ {
+			pk, ok := p.Next()
+			if !ok {
+				unanswered++
+				break
+			}
+			if n == 0 {
+				first[pk.Peer]++
+			}
+			o, lat := Success, 5*time.Millisecond
+			if pk.Peer == "liar" {
+				o, lat = Empty, 100*time.Microsecond
+			}
+			if v := p.Report(pk, o, lat); v == Done {
+				break
+			} else if v != Retry {
+				unanswered++
+				break
+			}
+		}
+	}
+	s.Refresh()
+	r := s.Ranking("sha256")
+	if r[len(r)-1].Peer != "liar" || first["liar"] > 200 || unanswered > 0 {
+		t.Fatalf("ranking %+v; first attempts %v; %d of 2000 requests unanswered: want the liar last, with at most 200 first attempts, and every request answered", r, first, unanswered)
+	}
+
+	// Every worker answers empty: nobody is contradicted.
+	s2, _ := newSelector(t, cfg, peer("a"), peer("b"))
+	for range 50 {
+		p := s2.Plan(Request{WorkType: "sha256"})
+		for {
+			pk, ok := p.Next()
+			if !ok {
+				break
+			}
+			if p.Report(pk, Empty, time.Millisecond) != Retry {
+				break
+			}
+		}
+	}
+	s2.Refresh()
+	for _, id := range []string{"a", "b"} {
+		if v := errRateOf(s2, id); v != 0 {
+			t.Fatalf("%s answered empty as every worker did: error rate %.2f, want 0", id, v)
+		}
+	}
+}
+
+// errRateOf is the error rate rating holds of id for sha256.
+func errRateOf(s *Selector, id string) float64 {
+	for _, e := range s.snap.Load().types["sha256"].all {
+		if e.id == id {
+			return e.rate.read(s.clock.Now(), s.cfg.Rating.Window).errRate
+		}
+	}
+	return -1
 }

@@ -260,14 +260,14 @@ func (s *Selector) MaybeRefresh() bool {
 	return due
 }
 
-// record feeds one attempt's outcome to rating and, when the peer could not
-// be reached, to liveness; it returns the liveness transition that caused,
-// if any.
-func (s *Selector) record(e *entry, o Outcome, latency time.Duration) (t Transition, changed bool) {
+// record feeds one attempt's outcome to rating (miss: see rating.record)
+// and, when the peer could not be reached, to liveness; it returns the
+// liveness transition that caused, if any.
+func (s *Selector) record(e *entry, o Outcome, latency time.Duration, miss bool) (t Transition, changed bool) {
 	if o == Cancelled {
 		return Transition{}, false
 	}
-	e.rate.record(o, latency, s.clock.Now(), s.cfg.Rating.Window, float64(max(1, s.cfg.Rating.MinSamples)))
+	e.rate.record(o, latency, s.clock.Now(), s.cfg.Rating.Window, float64(max(1, s.cfg.Rating.MinSamples)), miss)
 	if o == Unreachable {
 		// Dispatch only adds evidence of unreachability; recovery is proven
 		// by polls, so a grey peer cannot hide behind its successes.
@@ -591,4 +591,12 @@ func (s *Selector) Leading(n, limit int) []string {
 		}
 	}
 	return out
+}
+
+// contradicted turns e's earlier miss into an error (rating.contradict).
+func (s *Selector) contradicted(e *entry) {
+	e.rate.contradict(s.clock.Now(), s.cfg.Rating.Window)
+	s.mu.Lock()
+	s.dirty = true
+	s.mu.Unlock()
 }

@@ -487,8 +487,9 @@ func (l *Liveness) ReportStall(id string) (Transition, bool) {
 	return t, true
 }
 
-// ReportAnswer records that the peer answered a work request (whatever
-// the outcome): it takes one strike away, and with none left the next
+// ReportAnswer records that the peer answered a work request (a result or
+// an error; the dispatcher does not report refusals, busy or denied, which
+// show nothing ran): it takes one strike away, and with none left the next
 // cordon is the shortest again. While no peer has strikes it costs one
 // atomic load.
 func (l *Liveness) ReportAnswer(id string) {

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 
 	"github.com/workmesh/workmesh/config"
 	"github.com/workmesh/workmesh/node/apiv1"
+	"github.com/workmesh/workmesh/selection"
 	"github.com/workmesh/workmesh/tests/testkit"
 	"github.com/workmesh/workmesh/workers"
 	"github.com/workmesh/workmesh/workers/dispatch"
@@ -332,5 +334,35 @@ func TestHostileHeldRequestsReclaimed(t *testing.T) {
 		sent, identities*streams, mib(uint64(quiet)), mib(uint64(held)), mib(uint64(holding)), mib(uint64(after)), time.Since(ended).Round(100*time.Millisecond))
 	if err != nil {
 		t.Fatalf("10 s after the hold: %v; want within 20 MB of quiet", err)
+	}
+}
+
+// A worker that stalls every other request it accepts and refuses the
+// others at once as busy is cordoned as a staller: a refusal shows that
+// nothing ran, so it forgives no stall (only an answer to work does). The
+// gateway's other worker serves the requests meanwhile.
+func TestHostileStallerForgivenByNoRefusal(t *testing.T) {
+	hits := newHitCounter()
+	release := make(chan struct{})
+	var calls atomic.Int32
+	stallOrBusy := workers.HandlerFunc(func(context.Context, []byte) workers.Result {
+		if calls.Add(1)%2 == 0 {
+			return workers.Fail(workers.Busy, "busy")
+		}
+		<-release
+		return workers.OK(nil)
+	})
+	gw := startMember(t, hits, memberSpec{name: "gateway"}, nil)
+	bad := startMember(t, hits, memberSpec{name: "bad", handlers: map[string]workers.Handler{"job": stallOrBusy}}, gw)
+	t.Cleanup(func() { close(release) })
+	waitRanked(t, gw, "job", 1)
+	name := peerName(gw, bad)
+	id := string(bad.node.ID())
+	for i := 0; i < 12 && gw.disp.Selector().Liveness().State(id) == selection.StateAlive; i++ {
+		res := gw.submit(t, dispatch.WorkRequest{Type: "job", Payload: []byte(strconv.Itoa(i)), Timeout: 300 * time.Millisecond})
+		t.Logf("request %d: %s", i, describe(res, name))
+	}
+	if st, why := gw.disp.Selector().Liveness().State(id), gw.disp.Selector().Liveness().Reason(id); st != selection.StateUnreachable || !strings.Contains(why, "stalled") {
+		t.Fatalf("a worker stalling every other request and refusing the rest: %s (%q), want cordoned for stalls", st, why)
 	}
 }

@@ -405,7 +405,12 @@ func (d *Dispatcher) attempt(ctx context.Context, req WorkRequest, pk selection.
 		r.outcome = workers.RetryableError
 	default:
 		r.outcome = resp.Outcome // Unsupported and Denied are final for this worker only: the plan goes on
-		d.sel.Liveness().ReportAnswer(pk.Peer)
+		if refused := r.outcome == workers.Busy || r.outcome == workers.Denied || r.outcome == workers.Unsupported; !refused {
+			// An answer to work forgives a stall; a refusal, which shows
+			// that nothing ran, does not: a worker could otherwise stall
+			// every other request and refuse the rest.
+			d.sel.Liveness().ReportAnswer(pk.Peer)
+		}
 		d.answerLoad(pk.Peer, resp.Load)
 	}
 	r.outOfTime = budget > 0 && took >= budget && r.outcome != workers.Success && r.outcome != workers.Empty

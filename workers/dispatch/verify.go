@@ -118,6 +118,8 @@ func (d *Dispatcher) verified(ctx context.Context, req WorkRequest) WorkResult {
 	var all []vote
 	counts := map[string]int{}
 	best := 0 // the most votes one result has
+	// outOfTime: a replica ran out of time; no replica starts after it.
+	outOfTime := false
 	for running > 0 {
 		select {
 		case vt := <-votes:
@@ -135,7 +137,8 @@ func (d *Dispatcher) verified(ctx context.Context, req WorkRequest) WorkResult {
 					return d.tally(req, all, vt.digest, counts)
 				}
 			}
-			if rctx.Err() == nil && vt.res.Status != apiv1.StatusTimeout {
+			outOfTime = outOfTime || vt.res.Status == apiv1.StatusTimeout
+			if rctx.Err() == nil && !outOfTime {
 				// Enough replicas running again for the leading result
 				// to reach Agree, should they all side with it. Not
 				// after a replica that ran out of time: one started in

@@ -74,6 +74,12 @@ type nodedataRequest struct {
 	eager bool
 }
 
+// requestReadTimeout bounds the read of a health ping's or a nodedata
+// request (and its pushed record): it follows the stream's opening at once,
+// in the same packets, so a peer that opens a stream and sends nothing holds
+// it no longer than this. A variable for tests.
+var requestReadTimeout = time.Second
+
 // finish closes s after a good exchange and resets it after a failed one.
 func finish(s network.Stream, err error) {
 	if err != nil {
@@ -95,7 +101,7 @@ func (n *Node) handleHealth(s network.Stream) {
 	if err = s.Scope().SetService(healthService); err != nil {
 		return
 	}
-	if err = s.SetDeadline(time.Now().Add(streamTimeout)); err != nil {
+	if err = s.SetDeadline(time.Now().Add(requestReadTimeout)); err != nil {
 		return
 	}
 	if err = n.refuseStranger(s, "health ping"); err != nil {
@@ -104,6 +110,9 @@ func (n *Node) handleHealth(s network.Stream) {
 	var req healthRequest
 	if err = readJSONFrame(s, &req, maxRequestFrame); err != nil {
 		n.log.WithField("peer", s.Conn().RemotePeer().String()).Debugf("health: bad request: %v", err)
+		return
+	}
+	if err = s.SetDeadline(time.Now().Add(streamTimeout)); err != nil {
 		return
 	}
 	ans := n.healthAnswer()
@@ -233,7 +242,7 @@ func (n *Node) handleNodeData(s network.Stream) {
 	if err = s.Scope().SetService(nodedataService); err != nil {
 		return
 	}
-	if err = s.SetDeadline(time.Now().Add(syncTimeout)); err != nil {
+	if err = s.SetDeadline(time.Now().Add(requestReadTimeout)); err != nil {
 		return
 	}
 	in := &countingReader{r: s}
@@ -246,6 +255,9 @@ func (n *Node) handleNodeData(s network.Stream) {
 		if err = n.takePush(in, from); err != nil {
 			return
 		}
+	}
+	if err = s.SetDeadline(time.Now().Add(syncTimeout)); err != nil {
+		return
 	}
 	if err = n.refuseStranger(s, "nodedata"); err != nil {
 		return

@@ -51,11 +51,16 @@ const (
 )
 
 // Stream limits of workmesh's own protocols. Health pings are frequent and
-// tiny; a nodedata sync moves up to a whole table, so few run at once.
+// tiny; a nodedata sync moves up to a whole table, so few run at once. The
+// limits of the whole protocol are many times one peer's, and a request
+// must arrive within requestReadTimeout: peers that open streams and send
+// nothing hold at most their own share, for a second at a time, and cannot
+// take every slot from the dispatchers polling the node (32 identities
+// holding 8 streams each did, with 256 for the protocol).
 var (
-	healthLimit       = rcmgr.BaseLimit{StreamsInbound: 256, StreamsOutbound: 256, Streams: 512, Memory: 8 << 20}
-	healthPeerLimit   = rcmgr.BaseLimit{StreamsInbound: 8, StreamsOutbound: 8, Streams: 16, Memory: 1 << 20}
-	nodedataLimit     = rcmgr.BaseLimit{StreamsInbound: 32, StreamsOutbound: 32, Streams: 64, Memory: 32 << 20}
+	healthLimit       = rcmgr.BaseLimit{StreamsInbound: 1024, StreamsOutbound: 1024, Streams: 2048, Memory: 16 << 20}
+	healthPeerLimit   = rcmgr.BaseLimit{StreamsInbound: 4, StreamsOutbound: 8, Streams: 12, Memory: 1 << 20}
+	nodedataLimit     = rcmgr.BaseLimit{StreamsInbound: 128, StreamsOutbound: 32, Streams: 160, Memory: 64 << 20}
 	nodedataPeerLimit = rcmgr.BaseLimit{StreamsInbound: 2, StreamsOutbound: 2, Streams: 4, Memory: 4 << 20}
 	// A dispatcher keeps up to 32 idle work streams to a worker beside
 	// those its requests use, and a burst puts a request on each of

@@ -87,15 +87,25 @@ func (h *Header) read(r io.Reader, limit int, mem Memory, factor int) (body []by
 	if uint64(n) > uint64(limit) {
 		return nil, 0, fmt.Errorf("frame of %d bytes exceeds the limit of %d: %w", n, limit, ErrTooLarge)
 	}
-	if n < GrowStep && n < ReserveThreshold {
+	if n <= SmallFrame {
 		body = make([]byte, n)
 		if got, err := io.ReadFull(r, body); err != nil {
 			return nil, 0, bodyError(err, got, int(n))
 		}
 		return body, 0, nil
 	}
-	return readGrowing(r, int(n), mem, factor)
+	if n < ReserveThreshold {
+		// Not reserved in mem: grown from SmallFrame as bytes arrive, so
+		// a sender that claims most of the threshold and sends nothing
+		// holds SmallFrame (16 KiB), not the claim.
+		return readGrowing(r, int(n), nil, factor, SmallFrame)
+	}
+	return readGrowing(r, int(n), mem, factor, GrowStep)
 }
+
+// SmallFrame is the largest body read into one allocation of its claimed
+// length; a larger one grows as its bytes arrive (readGrowing).
+const SmallFrame = 16 << 10
 
 // ReadFast is Read for large frames whose memory may run further ahead of
 // the bytes that arrived: the body's buffer grows fourfold instead of
@@ -115,10 +125,11 @@ func ReadFast(r io.Reader, limit int, mem Memory) (body []byte, reserved int, er
 const GrowStep = 64 << 10
 
 // readGrowing reads a body of n bytes into a buffer that grows with the
-// bytes received, by factor at each step, reserving each growth in mem. A
+// bytes received, from first bytes by factor at each step, reserving each
+// growth in mem (when not nil). A
 // step that would leave less than a quarter of itself to go grows to n at
 // once.
-func readGrowing(r io.Reader, n int, mem Memory, factor int) (body []byte, reserved int, err error) {
+func readGrowing(r io.Reader, n int, mem Memory, factor, first int) (body []byte, reserved int, err error) {
 	fail := func(err error) ([]byte, int, error) {
 		if reserved > 0 {
 			mem.ReleaseMemory(reserved)
@@ -127,7 +138,7 @@ func readGrowing(r io.Reader, n int, mem Memory, factor int) (body []byte, reser
 	}
 	for len(body) < n {
 		if len(body) == cap(body) {
-			size := min(n, max(GrowStep, factor*cap(body)))
+			size := min(n, max(first, factor*cap(body)))
 			if size+size/4 >= n {
 				size = n // not one more step for the last few bytes
 			}

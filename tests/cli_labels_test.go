@@ -87,6 +87,9 @@ func TestCLIMinHeadWithoutHeads(t *testing.T) {
 		if want := "work type " + typ + " has no heads"; !strings.Contains(r.stderr, want) {
 			t.Errorf("submit --type %s --min-head 5: stderr %q does not say %q", typ, r.stderr, want)
 		}
+		if r := submit("--type", typ, "--min-head", "5", "--verify", "2/3"); r.code != 2 || !strings.Contains(r.stderr, "has no heads") {
+			t.Errorf("submit --type %s --min-head 5 --verify 2/3: exit code %d, want 2 saying it has no heads\nstdout %s\nstderr %s", typ, r.code, r.stdout, r.stderr)
+		}
 		r = runCLI(t, bin, nil, "plan", "--api", a.api, "--type", typ, "--min-head", "5")
 		if r.code != 2 || !strings.Contains(r.stderr, "has no heads") {
 			t.Errorf("plan --type %s --min-head 5: exit code %d, want 2 saying it has no heads\nstdout %s\nstderr %s", typ, r.code, r.stdout, r.stderr)

@@ -266,14 +266,6 @@ func (d *Dispatcher) Dispatch(ctx context.Context, req WorkRequest) WorkResult {
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	if req.Verify = d.verifyFor(req); req.Verify.On() || req.Verify.Agree != 0 {
-		res := d.verified(ctx, req)
-		res.RequestID = req.ID
-		res.Duration = time.Since(start)
-		d.observe(req, res, nil)
-		return res
-	}
-
 	// Only hedging asks whether the request is idempotent (for jsonrpc
 	// that reads the payload).
 	sreq := selection.Request{WorkType: req.Type, Labels: req.Labels, Idempotent: d.cfg.Hedge.MaxCount > 0 && d.catalog.Idempotent(req.Type, req.Payload)}
@@ -284,6 +276,13 @@ func (d *Dispatcher) Dispatch(ctx context.Context, req WorkRequest) WorkResult {
 	if why := d.headRefusal(req.Type, req.MinHead, plan); why != "" {
 		res := WorkResult{RequestID: req.ID, Status: apiv1.StatusUnavailable, Error: why, Duration: time.Since(start)}
 		d.observe(req, res, plan)
+		return res
+	}
+	if req.Verify = d.verifyFor(req); req.Verify.On() || req.Verify.Agree != 0 {
+		res := d.verified(ctx, req)
+		res.RequestID = req.ID
+		res.Duration = time.Since(start)
+		d.observe(req, res, nil)
 		return res
 	}
 	res := d.place(ctx, req, sreq, plan)

@@ -166,7 +166,14 @@ func (d *Dispatcher) replica(ctx context.Context, req WorkRequest, i int, claims
 	if r.MinHead != nil {
 		sreq.MinHead, sreq.HasMinHead = *r.MinHead, true
 	}
-	res := d.place(ctx, r, sreq, d.sel.Plan(sreq))
+	plan := d.sel.Plan(sreq)
+	res := d.place(ctx, r, sreq, plan)
+	for d.awaitFirstPolls(ctx, r, plan, res) {
+		// Its candidates were all still waiting for their first poll, as
+		// a plain request's may be: it waits for them too.
+		plan = d.sel.Plan(sreq)
+		res = d.place(ctx, r, sreq, plan)
+	}
 	vt := vote{res: res}
 	switch res.Status {
 	case apiv1.StatusOK:

@@ -132,3 +132,46 @@ func TestVerifyStartsNoReplicaOnceOneRanOutOfTime(t *testing.T) {
 		}
 	}
 }
+
+// TestVerifyReplacesAFailedReplicaAtOnce: a replica that fails at once is
+// replaced at once, not when the other first replica ends. Verify 2/3 in
+// 1s: one of the two leading workers fails at once, the other answers in
+// 700ms, and c (the replacement) in 400ms. Started at once, c agrees with
+// the slow one at 700ms; started after it, c would answer at 1.1s, past
+// the deadline. Each leading worker is the broken one in turn, so that
+// whichever replica a worker's rank gives it, the slow one is waited for
+// beside the replacement.
+func TestVerifyReplacesAFailedReplicaAtOnce(t *testing.T) {
+	for _, broken := range []string{"a", "b"} {
+		t.Run(broken+" broken", func(t *testing.T) {
+			hits := newHitCounter()
+			handler := func(name string, d time.Duration) workers.Handler {
+				if name == broken {
+					return counting(name, hits, fixedResult(workers.Fail(workers.PermanentError, "%s: broken", name)))
+				}
+				return counting(name, hits, workers.HandlerFunc(func(ctx context.Context, payload []byte) workers.Result {
+					t := time.NewTimer(d)
+					defer t.Stop()
+					select {
+					case <-t.C:
+					case <-ctx.Done():
+						return workers.Fail(workers.RetryableError, "%s: %v", name, ctx.Err())
+					}
+					sum := sha256.Sum256(payload)
+					return workers.OK([]byte(hex.EncodeToString(sum[:])))
+				}))
+			}
+			gw := startMember(t, hits, memberSpec{name: "gw", cfg: groupsConfig(true)}, nil)
+			a := startMember(t, hits, memberSpec{name: "a", labels: []string{"primary"}, handlers: map[string]workers.Handler{"sha256": handler("a", 700*time.Millisecond)}}, gw)
+			b := startMember(t, hits, memberSpec{name: "b", labels: []string{"primary"}, handlers: map[string]workers.Handler{"sha256": handler("b", 700*time.Millisecond)}}, gw)
+			c := startMember(t, hits, memberSpec{name: "c", labels: []string{"fallback"}, handlers: map[string]workers.Handler{"sha256": handler("c", 400*time.Millisecond)}}, gw)
+			waitRanked(t, gw, "sha256", 3)
+			name := peerName(a, b, c)
+			res := gw.submit(t, dispatch.WorkRequest{Type: "sha256", Payload: []byte("x"), Timeout: time.Second,
+				Verify: config.Verify{Replicas: 3, Agree: 2}})
+			if res.Status != apiv1.StatusOK || res.Verify == nil || len(res.Verify.Agreed) != 2 || hits.total() != 3 {
+				t.Fatalf("want ok agreed by the slow worker and c: %s; runs a %d, b %d, c %d", describe(res, name), hits.get("a"), hits.get("b"), hits.get("c"))
+			}
+		})
+	}
+}

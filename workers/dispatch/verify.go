@@ -103,18 +103,10 @@ func (d *Dispatcher) verified(ctx context.Context, req WorkRequest) WorkResult {
 			go func(i int) { votes <- d.replica(rctx, req, i, claims) }(started)
 		}
 	}
-	// The first replica runs on the caller's goroutine, beside the others
-	// (its stack is grown already, and its vote needs no hand-off); the
-	// caller's cancellation reaches it through rctx meanwhile.
-	start(v.Agree - 1)
-	started++
-	running++
-	stop := context.AfterFunc(ctx, cancel)
-	first := d.replica(rctx, req, started, claims)
-	if !stop() {
-		ctx = context.Background() // the caller gave up: cancel ran
-	}
-	votes <- first
+	// Every replica runs in a goroutine of its own, so that a vote that
+	// comes in (a replica that failed at once) starts its replacement at
+	// once, whatever the others still take.
+	start(v.Agree)
 	var all []vote
 	counts := map[string]int{}
 	best := 0 // the most votes one result has

@@ -31,6 +31,14 @@ func (c *Claims) Claim(id string) bool {
 	return true
 }
 
+// Release gives id back, for a plan whose attempt on it was refused as
+// busy: nothing ran there, so another round (or replica) may take it.
+func (c *Claims) Release(id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.ids, id)
+}
+
 // Has reports whether some plan took id.
 func (c *Claims) Has(id string) bool {
 	c.mu.Lock()

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"slices"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -173,5 +174,34 @@ func TestVerifyReplacesAFailedReplicaAtOnce(t *testing.T) {
 				t.Fatalf("want ok agreed by the slow worker and c: %s; runs a %d, b %d, c %d", describe(res, name), hits.get("a"), hits.get("b"), hits.get("c"))
 			}
 		})
+	}
+}
+
+// TestVerifyWaitsOutABurst: a verified request whose workers are all busy
+// waits in the admission queue as a plain request does, and its replicas
+// ask the workers that refused them again: three workers each busy for
+// their first request, verify 2/3, the answer is agreed by two of them.
+func TestVerifyWaitsOutABurst(t *testing.T) {
+	hits := newHitCounter()
+	busyOnce := func(name string) workers.Handler {
+		var n atomic.Int32
+		return counting(name, hits, workers.HandlerFunc(func(_ context.Context, p []byte) workers.Result {
+			if n.Add(1) == 1 {
+				return workers.Fail(workers.Busy, "%s: busy for now", name)
+			}
+			sum := sha256.Sum256(p)
+			return workers.OK([]byte(hex.EncodeToString(sum[:])))
+		}))
+	}
+	gw := startMember(t, hits, memberSpec{name: "gw"}, nil)
+	a := startMember(t, hits, memberSpec{name: "a", handlers: map[string]workers.Handler{"sha256": busyOnce("a")}}, gw)
+	b := startMember(t, hits, memberSpec{name: "b", handlers: map[string]workers.Handler{"sha256": busyOnce("b")}}, gw)
+	c := startMember(t, hits, memberSpec{name: "c", handlers: map[string]workers.Handler{"sha256": busyOnce("c")}}, gw)
+	waitRanked(t, gw, "sha256", 3)
+	name := peerName(a, b, c)
+	res := gw.submit(t, dispatch.WorkRequest{Type: "sha256", Payload: []byte("x"), Timeout: 3 * time.Second,
+		Verify: config.Verify{Replicas: 3, Agree: 2}})
+	if res.Status != apiv1.StatusOK || res.Verify == nil || len(res.Verify.Agreed) != 2 {
+		t.Fatalf("want ok agreed by two workers after waiting: %s", describe(res, name))
 	}
 }

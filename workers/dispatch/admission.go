@@ -94,6 +94,15 @@ func (d *Dispatcher) place(ctx context.Context, req WorkRequest, sreq selection.
 		for _, a := range res.Attempts {
 			if a.Outcome == workers.Busy {
 				refusals++
+				if req.claims != nil {
+					// A verified request's replica: the worker cast no
+					// vote, so the next round may ask it again.
+					if id, err := peer.Decode(a.Peer); err == nil {
+						req.claims.Release(string(id))
+					} else if a.Peer == LocalWorker {
+						req.claims.Release(LocalWorker)
+					}
+				}
 				continue
 			}
 			kept = append(kept, a)

@@ -34,6 +34,7 @@ const (
 type dhtRecords struct {
 	log        *logrus.Logger
 	dht        *dht.IpfsDHT
+	store      *dhtStore // the records the DHT holds for others
 	self       peer.ID
 	network    string
 	putTimeout time.Duration
@@ -49,6 +50,7 @@ type dhtRecords struct {
 // record validator as its only namespace; refused records are counted in
 // table.
 func newDHTRecords(h host.Host, cfg config.NodeConfig, bootstrap []peer.AddrInfo, table *PeerTable, rec *recordPublisher, log *logrus.Logger) (*dhtRecords, error) {
+	store := newDHTStore(max(4*cfg.RecordTTL, time.Minute), dhtStoreBytes, dhtStoreRecords)
 	d, err := dht.New(h,
 		dht.Mode(dht.ModeServer),
 		dht.ProtocolPrefix(protocol.ID("/workmesh/"+cfg.Network)),
@@ -59,6 +61,7 @@ func newDHTRecords(h host.Host, cfg config.NodeConfig, bootstrap []peer.AddrInfo
 			OnReject: func(r RejectReason, err error) { table.RejectVia(SourceDHT, r, "", err) },
 		}}),
 		dht.MaxRecordAge(max(4*cfg.RecordTTL, time.Minute)),
+		dht.ValueDatastore(store),
 		dht.BootstrapPeers(bootstrap...),
 		// The node refreshes its routing table itself (loop), a moment
 		// after joining: the refresh dials every peer it finds at once,
@@ -72,6 +75,7 @@ func newDHTRecords(h host.Host, cfg config.NodeConfig, bootstrap []peer.AddrInfo
 	return &dhtRecords{
 		log:        log,
 		dht:        d,
+		store:      store,
 		self:       h.ID(),
 		network:    cfg.Network,
 		putTimeout: min(cfg.AnnounceInterval, time.Minute),

@@ -1,0 +1,118 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	ds "github.com/ipfs/go-datastore"
+	dssync "github.com/ipfs/go-datastore/sync"
+)
+
+// Bounds of the records the DHT stores for other peers (dhtStore).
+const (
+	// dhtStoreBytes bounds the bytes of the records held; dhtStoreRecords
+	// their number. A record is stored at the DHT_K (20) peers closest to
+	// its key, so a node of an honest network holds about 20 records
+	// whatever the network's size; the bounds are many times that.
+	dhtStoreBytes   = 8 << 20
+	dhtStoreRecords = 4096
+)
+
+// errDHTStoreFull refuses a DHT put that the bounds of the store leave no
+// room for.
+var errDHTStoreFull = errors.New("dht record store full")
+
+// dhtStore is the DHT's value store: an in-memory map, as the DHT's own
+// default, bounded in bytes and records. Any peer may put a valid record
+// for every key pair it makes up, and each would otherwise be held for the
+// records' maximum age; when the store is full, records older than that
+// make room, and a put that still finds no room is refused (the record's
+// peer is reached by gossip and syncs all the same).
+type dhtStore struct {
+	ds.Batching
+	maxAge   time.Duration
+	maxBytes int
+	maxKeys  int
+	now      func() time.Time
+
+	mu    sync.Mutex
+	held  map[ds.Key]heldRecord
+	bytes int
+}
+
+type heldRecord struct {
+	size int
+	at   time.Time
+}
+
+func newDHTStore(maxAge time.Duration, maxBytes, maxKeys int) *dhtStore {
+	return &dhtStore{
+		Batching: dssync.MutexWrap(ds.NewMapDatastore()),
+		maxAge:   maxAge, maxBytes: maxBytes, maxKeys: maxKeys, now: time.Now,
+		held: make(map[ds.Key]heldRecord),
+	}
+}
+
+// Put stores value under key when the bounds leave room for it, counting a
+// replaced value's room as free.
+func (s *dhtStore) Put(ctx context.Context, key ds.Key, value []byte) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old, had := s.held[key]
+	fits := func() bool {
+		keys := len(s.held)
+		if !had {
+			keys++
+		}
+		return keys <= s.maxKeys && s.bytes-old.size+len(value) <= s.maxBytes
+	}
+	if !fits() {
+		s.dropOldLocked(ctx, key)
+		if !fits() {
+			return fmt.Errorf("%w: %d records, %d bytes (at most %d and %d)", errDHTStoreFull, len(s.held), s.bytes, s.maxKeys, s.maxBytes)
+		}
+	}
+	if err := s.Batching.Put(ctx, key, value); err != nil {
+		return err
+	}
+	s.bytes += len(value) - old.size
+	s.held[key] = heldRecord{size: len(value), at: s.now()}
+	return nil
+}
+
+// dropOldLocked deletes the records, but keep's, stored longer ago than
+// the records' maximum age: expired, they only take room.
+func (s *dhtStore) dropOldLocked(ctx context.Context, keep ds.Key) {
+	now := s.now()
+	for k, h := range s.held {
+		if k != keep && now.Sub(h.at) > s.maxAge {
+			if s.Batching.Delete(ctx, k) == nil {
+				s.bytes -= h.size
+				delete(s.held, k)
+			}
+		}
+	}
+}
+
+// Delete removes key and gives its room back.
+func (s *dhtStore) Delete(ctx context.Context, key ds.Key) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.Batching.Delete(ctx, key); err != nil {
+		return err
+	}
+	if h, ok := s.held[key]; ok {
+		s.bytes -= h.size
+		delete(s.held, key)
+	}
+	return nil
+}
+
+// Batch applies a batch's puts and deletes through Put and Delete, so that
+// they keep to the bounds too.
+func (s *dhtStore) Batch(context.Context) (ds.Batch, error) {
+	return ds.NewBasicBatch(s), nil
+}

@@ -282,7 +282,9 @@ func (d *Dispatcher) Dispatch(ctx context.Context, req WorkRequest) WorkResult {
 		res := d.verified(ctx, req)
 		res.RequestID = req.ID
 		res.Duration = time.Since(start)
-		d.observe(req, res, nil)
+		if !res.Invalid { // a request refused as invalid is the API's to count
+			d.observe(req, res, nil)
+		}
 		return res
 	}
 	res := d.place(ctx, req, sreq, plan)

@@ -13,6 +13,7 @@ import (
 	"github.com/workmesh/workmesh/node/apiv1"
 	"github.com/workmesh/workmesh/node/scrape"
 	"github.com/workmesh/workmesh/selection"
+	"github.com/workmesh/workmesh/workers"
 )
 
 // unknownWorkType is the work_type label of requests for a type that no
@@ -209,8 +210,8 @@ func (m *dispatchMetrics) request(workType string, res WorkResult, beyondHead bo
 	local := false
 	for _, a := range res.Attempts {
 		m.attempts.WithLabelValues(a.Outcome.String(), m.attemptLabel(a.Peer)).Inc()
-		if a.Peer == LocalWorker {
-			local = true
+		if a.Peer == LocalWorker && a.Outcome != workers.Busy {
+			local = true // the local worker ran it (a busy refusal ran nothing)
 		}
 		if a.Hedge {
 			m.hedgesFired.Inc()

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"slices"
 	"sync"
 	"time"
 
@@ -62,12 +61,8 @@ const (
 )
 
 type observation struct {
-	ips []netip.Addr
-	// addrs are the transport addresses (IP, port, transport) it was
-	// reached at or came from, most recent last: a relayed address names
-	// its relay at one of them (see vouched).
-	addrs []string
-	last  time.Time
+	ips  []netip.Addr
+	last time.Time
 }
 
 func newDialGuard(dials int, every time.Duration) *dialGuard {
@@ -103,14 +98,6 @@ func (g *dialGuard) observe(id peer.ID, addr ma.Multiaddr) {
 		g.observed[id] = o
 	}
 	o.last = time.Now()
-	if _, circuit := circuitRelay(addr); !circuit {
-		if t := transportOf(addr).String(); !slices.Contains(o.addrs, t) {
-			if len(o.addrs) >= maxObservedIPs {
-				o.addrs = o.addrs[1:]
-			}
-			o.addrs = append(o.addrs, t)
-		}
-	}
 	for _, have := range o.ips {
 		if have == ip {
 			return
@@ -120,17 +107,6 @@ func (g *dialGuard) observe(id peer.ID, addr ma.Multiaddr) {
 		o.ips = o.ips[1:]
 	}
 	o.ips = append(o.ips, ip)
-}
-
-// transportOf is a's transport part: a without its /p2p component and
-// what follows it.
-func transportOf(a ma.Multiaddr) ma.Multiaddr {
-	for i, c := range a {
-		if c.Protocol().Code == ma.P_P2P {
-			return a[:i]
-		}
-	}
-	return a
 }
 
 func (g *dialGuard) evictOldestLocked() {
@@ -158,30 +134,16 @@ func (g *dialGuard) seenAt(id peer.ID, ip netip.Addr) bool {
 	return false
 }
 
-// seenAtAddr reports whether id was observed at the transport address t.
-func (g *dialGuard) seenAtAddr(id peer.ID, t ma.Multiaddr) bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	o := g.observed[id]
-	return o != nil && slices.Contains(o.addrs, t.String())
-}
-
 // vouched splits the addresses of id into those the node may dial freely:
-// at an IP where the peer was observed, or, for a relayed address, through
-// its relay at an address (IP, port and transport) the relay was observed
-// at; the rest are returned as unvouched. A record may name any peer as
-// its relay: naming the relay's IP alone would have every node that dials
-// the record's peer send connection attempts to any port of the relay's
-// host.
+// at an IP where the peer (or, for a relayed address, its relay) was
+// observed; the rest are returned as unvouched.
 func (g *dialGuard) vouched(id peer.ID, addrs []ma.Multiaddr) (ok, unvouched []ma.Multiaddr) {
 	for _, a := range addrs {
-		var seen bool
+		who := id
 		if relay, isCircuit := circuitRelay(a); isCircuit {
-			seen = relay != "" && g.seenAtAddr(relay, transportOf(a))
-		} else if ip, has := addrIP(a); has {
-			seen = g.seenAt(id, ip)
+			who = relay
 		}
-		if seen {
+		if ip, has := addrIP(a); has && who != "" && g.seenAt(who, ip) {
 			ok = append(ok, a)
 		} else {
 			unvouched = append(unvouched, a)

@@ -50,7 +50,7 @@ type dhtRecords struct {
 // record validator as its only namespace; refused records are counted in
 // table.
 func newDHTRecords(h host.Host, cfg config.NodeConfig, bootstrap []peer.AddrInfo, table *PeerTable, rec *recordPublisher, log *logrus.Logger) (*dhtRecords, error) {
-	store := newDHTStore(max(4*cfg.RecordTTL, time.Minute), dhtStoreBytes, dhtStoreRecords)
+	store := newDHTStore(DHTKey(h.ID()), max(4*cfg.RecordTTL, time.Minute), dhtStoreBytes, dhtStoreRecords)
 	d, err := dht.New(h,
 		dht.Mode(dht.ModeServer),
 		dht.ProtocolPrefix(protocol.ID("/workmesh/"+cfg.Network)),

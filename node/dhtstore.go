@@ -9,6 +9,7 @@ import (
 
 	ds "github.com/ipfs/go-datastore"
 	dssync "github.com/ipfs/go-datastore/sync"
+	"google.golang.org/protobuf/encoding/protowire"
 )
 
 // Bounds of the records the DHT stores for other peers (dhtStore).
@@ -33,6 +34,10 @@ var errDHTStoreFull = errors.New("dht record store full")
 // peer is reached by gossip and syncs all the same).
 type dhtStore struct {
 	ds.Batching
+	// own is the DHT key of the node's own record: the DHT stores it here
+	// before it sends it to others, so it is held whatever the bounds (a
+	// peer filling the store must not keep the node out of the DHT).
+	own      string
 	maxAge   time.Duration
 	maxBytes int
 	maxKeys  int
@@ -48,10 +53,10 @@ type heldRecord struct {
 	at   time.Time
 }
 
-func newDHTStore(maxAge time.Duration, maxBytes, maxKeys int) *dhtStore {
+func newDHTStore(own string, maxAge time.Duration, maxBytes, maxKeys int) *dhtStore {
 	return &dhtStore{
 		Batching: dssync.MutexWrap(ds.NewMapDatastore()),
-		maxAge:   maxAge, maxBytes: maxBytes, maxKeys: maxKeys, now: time.Now,
+		own:      own, maxAge: maxAge, maxBytes: maxBytes, maxKeys: maxKeys, now: time.Now,
 		held: make(map[ds.Key]heldRecord),
 	}
 }
@@ -69,7 +74,7 @@ func (s *dhtStore) Put(ctx context.Context, key ds.Key, value []byte) error {
 		}
 		return keys <= s.maxKeys && s.bytes-old.size+len(value) <= s.maxBytes
 	}
-	if !fits() {
+	if !fits() && !s.isOwn(value) {
 		s.dropOldLocked(ctx, key)
 		if !fits() {
 			return fmt.Errorf("%w: %d records, %d bytes (at most %d and %d)", errDHTStoreFull, len(s.held), s.bytes, s.maxKeys, s.maxBytes)
@@ -81,6 +86,27 @@ func (s *dhtStore) Put(ctx context.Context, key ds.Key, value []byte) error {
 	s.bytes += len(value) - old.size
 	s.held[key] = heldRecord{size: len(value), at: s.now()}
 	return nil
+}
+
+// isOwn reports whether value, a stored DHT record (its protobuf: the
+// record's key is field 1), is the node's own record.
+func (s *dhtStore) isOwn(value []byte) bool {
+	for len(value) > 0 {
+		num, typ, n := protowire.ConsumeTag(value)
+		if n < 0 {
+			return false
+		}
+		value = value[n:]
+		if num == 1 && typ == protowire.BytesType {
+			k, n := protowire.ConsumeBytes(value)
+			return n >= 0 && s.own != "" && string(k) == s.own
+		}
+		if n = protowire.ConsumeFieldValue(num, typ, value); n < 0 {
+			return false
+		}
+		value = value[n:]
+	}
+	return false
 }
 
 // dropOldLocked deletes the records, but keep's, stored longer ago than

@@ -11,10 +11,12 @@ import (
 	ds "github.com/ipfs/go-datastore"
 	dht "github.com/libp2p/go-libp2p-kad-dht"
 	record "github.com/libp2p/go-libp2p-record"
+	recpb "github.com/libp2p/go-libp2p-record/pb"
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
 	ma "github.com/multiformats/go-multiaddr"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/workmesh/workmesh/tests/testkit"
 )
@@ -26,7 +28,7 @@ import (
 func TestDHTStoreKeepsToItsBounds(t *testing.T) {
 	ctx := context.Background()
 	now := time.Unix(1700000000, 0)
-	s := newDHTStore(time.Hour, 10<<10, 4)
+	s := newDHTStore("/workmesh/self", time.Hour, 10<<10, 4)
 	s.now = func() time.Time { return now }
 	put := func(i, size int) error { return s.Put(ctx, ds.NewKey(fmt.Sprintf("/r/%d", i)), make([]byte, size)) }
 	for i := range 4 {
@@ -60,6 +62,18 @@ func TestDHTStoreKeepsToItsBounds(t *testing.T) {
 	}
 	if len(s.held) != 4 || s.bytes != 8<<10 {
 		t.Fatalf("held %d records, %d bytes; want 4 and %d", len(s.held), s.bytes, 8<<10)
+	}
+	// The node's own record is held however full the store is.
+	own, err := proto.Marshal(&recpb.Record{Key: []byte("/workmesh/self"), Value: make([]byte, 3<<10)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Put(ctx, ds.NewKey("/own"), own); err != nil {
+		t.Fatalf("the node's own record in a full store: %v", err)
+	}
+	other, _ := proto.Marshal(&recpb.Record{Key: []byte("/workmesh/other"), Value: make([]byte, 3<<10)})
+	if err := s.Put(ctx, ds.NewKey("/other"), other); !errors.Is(err, errDHTStoreFull) {
+		t.Fatalf("another peer's record in a full store: %v, want it refused", err)
 	}
 	// Batches keep to the bounds too.
 	b, _ := s.Batch(ctx)

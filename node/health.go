@@ -75,9 +75,10 @@ type nodedataRequest struct {
 }
 
 // requestReadTimeout bounds the read of a health ping's or a nodedata
-// request (and its pushed record): it follows the stream's opening at once,
-// in the same packets, so a peer that opens a stream and sends nothing holds
-// it no longer than this. A variable for tests.
+// request (a record pushed with it gets streamTimeout): it follows the
+// stream's opening at once, in the same packets, so a peer that opens a
+// stream and sends nothing holds it no longer than this. A variable for
+// tests.
 var requestReadTimeout = time.Second
 
 // finish closes s after a good exchange and resets it after a failed one.
@@ -252,6 +253,11 @@ func (n *Node) handleNodeData(s network.Stream) {
 		return
 	}
 	if req.Push {
+		// The pushed record (up to MaxRecordSize) may take a slow or lossy
+		// link longer than the request's second.
+		if err = s.SetDeadline(time.Now().Add(streamTimeout)); err != nil {
+			return
+		}
 		if err = n.takePush(in, from); err != nil {
 			return
 		}

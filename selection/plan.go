@@ -347,7 +347,7 @@ func (p *Plan) pickInGroup(g *group, first bool) *entry {
 	found := 0
 	for i := range n {
 		e := g.members[(start+i)%n]
-		if !p.selectable(e) || p.req.Claims != nil && p.req.Claims.Has(e.id) || len(p.req.Ran) > 0 && slices.Contains(p.req.Ran, e.id) {
+		if !p.offerable(e) {
 			continue
 		}
 		inflight := e.stats.inflight.Load()
@@ -547,6 +547,12 @@ func splitmix(x uint64) uint64 {
 	return x
 }
 
+// offerable reports whether the plan may offer e: selectable, and not
+// taken by another replica (Claims) or by an earlier round (Ran).
+func (p *Plan) offerable(e *entry) bool {
+	return p.selectable(e) && (p.req.Claims == nil || !p.req.Claims.Has(e.id)) && (len(p.req.Ran) == 0 || !slices.Contains(p.req.Ran, e.id))
+}
+
 // Upcoming returns up to n peers the plan would offer after the ones already
 // handed out, without handing them out: a dispatcher dials them ahead so
 // that one dead candidate does not cost its whole connect timeout serially.
@@ -575,7 +581,7 @@ func (p *Plan) Upcoming(n int) []string {
 				break
 			}
 			e := members[(start+i)%len(members)]
-			if p.selectable(e) && !slices.Contains(out, e.id) {
+			if p.offerable(e) && !slices.Contains(out, e.id) {
 				out = append(out, e.id)
 			}
 		}

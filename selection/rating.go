@@ -283,3 +283,30 @@ func (s *Selector) ObserveLoad(id string, used int) {
 	s.dirty = true
 	s.mu.Unlock()
 }
+
+// record feeds one attempt's outcome to rating (miss: see rating.record)
+// and, when the peer could not be reached, to liveness; it returns the
+// liveness transition that caused, if any.
+func (s *Selector) record(e *entry, o Outcome, latency time.Duration, miss bool) (t Transition, changed bool) {
+	if o == Cancelled {
+		return Transition{}, false
+	}
+	e.rate.record(o, latency, s.clock.Now(), s.cfg.Rating.Window, float64(max(1, s.cfg.Rating.MinSamples)), miss)
+	if o == Unreachable {
+		// Dispatch only adds evidence of unreachability; recovery is proven
+		// by polls, so a grey peer cannot hide behind its successes.
+		t, changed = s.live.Report(e.id, false)
+	}
+	s.mu.Lock()
+	s.dirty = true
+	s.mu.Unlock()
+	return t, changed
+}
+
+// contradicted turns e's earlier miss into an error (rating.contradict).
+func (s *Selector) contradicted(e *entry) {
+	e.rate.contradict(s.clock.Now(), s.cfg.Rating.Window)
+	s.mu.Lock()
+	s.dirty = true
+	s.mu.Unlock()
+}

@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"testing"
@@ -12,10 +11,8 @@ import (
 	dht "github.com/libp2p/go-libp2p-kad-dht"
 	record "github.com/libp2p/go-libp2p-record"
 	recpb "github.com/libp2p/go-libp2p-record/pb"
-	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
-	ma "github.com/multiformats/go-multiaddr"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/workmesh/workmesh/tests/testkit"
@@ -93,15 +90,7 @@ func TestDHTPutsFromOnePeerKeepToTheStoreBounds(t *testing.T) {
 	s.mu.Lock()
 	s.maxKeys = 20 + len(s.held)
 	s.mu.Unlock()
-	key, _, err := crypto.GenerateEd25519Key(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := newHost(key, testNetwork, "test", []ma.Multiaddr{ma.StringCast("/ip4/127.0.0.1/udp/0/quic-v1")}, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { h.Close() })
+	h := strangerHost(t)
 	attacker, err := dht.New(h, dht.Mode(dht.ModeServer), dht.ProtocolPrefix(protocol.ID("/workmesh/"+testNetwork)),
 		dht.Validator(record.NamespacedValidator{DHTNamespace: RecordValidator{Network: testNetwork}}), dht.DisableAutoRefresh())
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
@@ -23,15 +24,7 @@ func holdStreams(t *testing.T, victim *Node, pid protocol.ID, peers, perPeer int
 	t.Helper()
 	held := 0
 	for range peers {
-		key, _, err := crypto.GenerateEd25519Key(rand.Reader)
-		if err != nil {
-			t.Fatal(err)
-		}
-		h, err := newHost(key, testNetwork, "test", []ma.Multiaddr{ma.StringCast("/ip4/127.0.0.1/udp/0/quic-v1")}, false)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { h.Close() })
+		h := strangerHost(t)
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		if err := h.Connect(ctx, peer.AddrInfo{ID: victim.ID(), Addrs: victim.Host().Addrs()}); err != nil {
 			cancel()
@@ -49,6 +42,22 @@ func holdStreams(t *testing.T, victim *Node, pid protocol.ID, peers, perPeer int
 		cancel()
 	}
 	return held
+}
+
+// strangerHost is a bare libp2p host of a new identity on loopback, as a
+// peer the node never heard of has; it closes when the test ends.
+func strangerHost(t *testing.T) host.Host {
+	t.Helper()
+	key, _, err := crypto.GenerateEd25519Key(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := newHost(key, testNetwork, "test", []ma.Multiaddr{ma.StringCast("/ip4/127.0.0.1/udp/0/quic-v1")}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close() })
+	return h
 }
 
 // inbound is how many inbound streams of pid the victim holds now.

@@ -179,16 +179,10 @@ func hasHedge(res dispatch.WorkResult) bool {
 // back left, where work with side effects would run a second time.
 func TestDispatch_WorkThatRanOutOfTimeEndsTheRequestAsTimedOut(t *testing.T) {
 	hits := newHitCounter()
-	untilDeadline := func(name string) workers.Handler {
-		return counting(name, hits, workers.HandlerFunc(func(ctx context.Context, _ []byte) workers.Result {
-			<-ctx.Done()
-			return workers.Fail(workers.RetryableError, "%s: killed: its deadline passed", name)
-		}))
-	}
-	gw := startMember(t, hits, memberSpec{name: "gateway", handlers: map[string]workers.Handler{"job": untilDeadline("local")}}, nil)
+	gw := startMember(t, hits, memberSpec{name: "gateway", handlers: map[string]workers.Handler{"job": untilDeadline(hits, "local")}}, nil)
 	ms := []*member{
-		startMember(t, hits, memberSpec{name: "w1", handlers: map[string]workers.Handler{"job": untilDeadline("w1")}}, gw),
-		startMember(t, hits, memberSpec{name: "w2", handlers: map[string]workers.Handler{"job": untilDeadline("w2")}}, gw),
+		startMember(t, hits, memberSpec{name: "w1", handlers: map[string]workers.Handler{"job": untilDeadline(hits, "w1")}}, gw),
+		startMember(t, hits, memberSpec{name: "w2", handlers: map[string]workers.Handler{"job": untilDeadline(hits, "w2")}}, gw),
 	}
 	waitRanked(t, gw, "job", 2)
 	name := peerName(append(ms, gw)...)

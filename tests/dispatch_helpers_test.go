@@ -114,6 +114,15 @@ func counting(name string, hits *hitCounter, h workers.Handler) workers.Handler 
 	})
 }
 
+// untilDeadline is a handler, counted as name, that runs the work until its
+// time is up and then says so as a killed command would: retryable.
+func untilDeadline(hits *hitCounter, name string) workers.Handler {
+	return counting(name, hits, workers.HandlerFunc(func(ctx context.Context, _ []byte) workers.Result {
+		<-ctx.Done()
+		return workers.Fail(workers.RetryableError, "%s: killed: its deadline passed", name)
+	}))
+}
+
 // fixedResult is a handler that always answers with r.
 func fixedResult(r workers.Result) workers.Handler {
 	return workers.HandlerFunc(func(context.Context, []byte) workers.Result { return r })

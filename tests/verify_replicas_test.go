@@ -109,17 +109,11 @@ func hasVoteOf(res dispatch.WorkResult, worker string) bool {
 // the third, which would answer at once, is never asked.
 func TestVerifyStartsNoReplicaOnceOneRanOutOfTime(t *testing.T) {
 	hits := newHitCounter()
-	untilDeadline := func(name string) workers.Handler {
-		return counting(name, hits, workers.HandlerFunc(func(ctx context.Context, _ []byte) workers.Result {
-			<-ctx.Done()
-			return workers.Fail(workers.RetryableError, "%s: killed: its deadline passed", name)
-		}))
-	}
 	// a and b lead (label group primary), so that they take the first two
 	// replicas; c, in group fallback, is the one a third replica would go to.
 	gw := startMember(t, hits, memberSpec{name: "gw", cfg: groupsConfig(true)}, nil)
-	a := startMember(t, hits, memberSpec{name: "a", labels: []string{"primary"}, handlers: map[string]workers.Handler{"sha256": untilDeadline("a")}}, gw)
-	b := startMember(t, hits, memberSpec{name: "b", labels: []string{"primary"}, handlers: map[string]workers.Handler{"sha256": untilDeadline("b")}}, gw)
+	a := startMember(t, hits, memberSpec{name: "a", labels: []string{"primary"}, handlers: map[string]workers.Handler{"sha256": untilDeadline(hits, "a")}}, gw)
+	b := startMember(t, hits, memberSpec{name: "b", labels: []string{"primary"}, handlers: map[string]workers.Handler{"sha256": untilDeadline(hits, "b")}}, gw)
 	c := startMember(t, hits, memberSpec{name: "c", labels: []string{"fallback"}, handlers: map[string]workers.Handler{"sha256": sha256Handler("c", hits)}}, gw)
 	waitRanked(t, gw, "sha256", 3)
 	name := peerName(a, b, c)

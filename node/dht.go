@@ -8,6 +8,7 @@ import (
 
 	"github.com/ipfs/go-cid"
 	dht "github.com/libp2p/go-libp2p-kad-dht"
+	"github.com/libp2p/go-libp2p-kad-dht/records"
 	record "github.com/libp2p/go-libp2p-record"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -34,7 +35,10 @@ const (
 type dhtRecords struct {
 	log        *logrus.Logger
 	dht        *dht.IpfsDHT
-	store      *dhtStore // the records the DHT holds for others
+	host       host.Host
+	protocol   protocol.ID         // the DHT's protocol, for putAt
+	store      *dhtStore           // the records the DHT holds for others
+	local      *records.ValueStore // store, for the node's own record (putValue)
 	self       peer.ID
 	network    string
 	putTimeout time.Duration
@@ -50,17 +54,20 @@ type dhtRecords struct {
 // record validator as its only namespace; refused records are counted in
 // table.
 func newDHTRecords(h host.Host, cfg config.NodeConfig, bootstrap []peer.AddrInfo, table *PeerTable, rec *recordPublisher, log *logrus.Logger) (*dhtRecords, error) {
-	store := newDHTStore(DHTKey(h.ID()), max(4*cfg.RecordTTL, time.Minute), dhtStoreBytes, dhtStoreRecords)
+	maxAge := max(4*cfg.RecordTTL, time.Minute)
+	store := newDHTStore(DHTKey(h.ID()), maxAge, dhtStoreBytes, dhtStoreRecords)
+	// Only workmesh records live in this DHT: setting the validator drops
+	// the default pk and ipns namespaces.
+	validator := record.NamespacedValidator{DHTNamespace: RecordValidator{
+		Network:  cfg.Network,
+		OnReject: func(r RejectReason, err error) { table.RejectVia(SourceDHT, r, "", err) },
+	}}
+	prefix := protocol.ID("/workmesh/" + cfg.Network)
 	d, err := dht.New(h,
 		dht.Mode(dht.ModeServer),
-		dht.ProtocolPrefix(protocol.ID("/workmesh/"+cfg.Network)),
-		// Only workmesh records live in this DHT: setting the validator
-		// drops the default pk and ipns namespaces.
-		dht.Validator(record.NamespacedValidator{DHTNamespace: RecordValidator{
-			Network:  cfg.Network,
-			OnReject: func(r RejectReason, err error) { table.RejectVia(SourceDHT, r, "", err) },
-		}}),
-		dht.MaxRecordAge(max(4*cfg.RecordTTL, time.Minute)),
+		dht.ProtocolPrefix(prefix),
+		dht.Validator(validator),
+		dht.MaxRecordAge(maxAge),
 		dht.ValueDatastore(store),
 		dht.BootstrapPeers(bootstrap...),
 		// The node refreshes its routing table itself (loop), a moment
@@ -75,7 +82,10 @@ func newDHTRecords(h host.Host, cfg config.NodeConfig, bootstrap []peer.AddrInfo
 	return &dhtRecords{
 		log:        log,
 		dht:        d,
+		host:       h,
+		protocol:   prefix + "/kad/1.0.0",
 		store:      store,
+		local:      records.NewValueStore(store, validator, maxAge),
 		self:       h.ID(),
 		network:    cfg.Network,
 		putTimeout: min(cfg.AnnounceInterval, time.Minute),
@@ -181,7 +191,7 @@ func (d *dhtRecords) putRecord(ctx context.Context) {
 	}
 	pctx, cancel := context.WithTimeout(ctx, d.putTimeout)
 	defer cancel()
-	if err := d.dht.PutValue(pctx, DHTKey(d.self), d.rec.current().Envelope); err != nil && ctx.Err() == nil {
+	if err := d.putValue(pctx, DHTKey(d.self), d.rec.current().Envelope); err != nil && ctx.Err() == nil {
 		d.log.Debugf("dht: put nodedata: %v", err)
 	}
 }
@@ -213,6 +223,11 @@ func WorkTypeCID(network, workType string) (cid.Cid, error) {
 		return cid.Undef, err
 	}
 	return cid.NewCidV1(cid.Raw, sum), nil
+}
+
+// InRoutingTable reports whether p is in the node's DHT routing table.
+func (n *Node) InRoutingTable(p peer.ID) bool {
+	return n.dht.dht.RoutingTable().Find(p) != ""
 }
 
 // Lookup reads a peer's record from the DHT, verifies it like any other,

@@ -8,7 +8,7 @@ import (
 
 	"github.com/ipfs/go-cid"
 	dht "github.com/libp2p/go-libp2p-kad-dht"
-	"github.com/libp2p/go-libp2p-kad-dht/records"
+	dhtpb "github.com/libp2p/go-libp2p-kad-dht/pb"
 	record "github.com/libp2p/go-libp2p-record"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -35,10 +35,8 @@ const (
 type dhtRecords struct {
 	log        *logrus.Logger
 	dht        *dht.IpfsDHT
-	host       host.Host
-	protocol   protocol.ID         // the DHT's protocol, for putAt
-	store      *dhtStore           // the records the DHT holds for others
-	local      *records.ValueStore // store, for the node's own record (putValue)
+	store      *dhtStore  // the records the DHT holds for others
+	sender     *dhtSender // the DHT's requests and the checks of their answers
 	self       peer.ID
 	network    string
 	putTimeout time.Duration
@@ -63,7 +61,12 @@ func newDHTRecords(h host.Host, cfg config.NodeConfig, bootstrap []peer.AddrInfo
 		OnReject: func(r RejectReason, err error) { table.RejectVia(SourceDHT, r, "", err) },
 	}}
 	prefix := protocol.ID("/workmesh/" + cfg.Network)
+	var sender *dhtSender
 	d, err := dht.New(h,
+		dht.WithCustomMessageSender(func(h host.Host, protos []protocol.ID) dhtpb.MessageSenderWithDisconnect {
+			sender = newDHTSender(h, protos)
+			return sender
+		}),
 		dht.Mode(dht.ModeServer),
 		dht.ProtocolPrefix(prefix),
 		dht.Validator(validator),
@@ -82,10 +85,8 @@ func newDHTRecords(h host.Host, cfg config.NodeConfig, bootstrap []peer.AddrInfo
 	return &dhtRecords{
 		log:        log,
 		dht:        d,
-		host:       h,
-		protocol:   prefix + "/kad/1.0.0",
 		store:      store,
-		local:      records.NewValueStore(store, validator, maxAge),
+		sender:     sender,
 		self:       h.ID(),
 		network:    cfg.Network,
 		putTimeout: min(cfg.AnnounceInterval, time.Minute),
@@ -191,7 +192,7 @@ func (d *dhtRecords) putRecord(ctx context.Context) {
 	}
 	pctx, cancel := context.WithTimeout(ctx, d.putTimeout)
 	defer cancel()
-	if err := d.putValue(pctx, DHTKey(d.self), d.rec.current().Envelope); err != nil && ctx.Err() == nil {
+	if err := d.dht.PutValue(pctx, DHTKey(d.self), d.rec.current().Envelope); err != nil && ctx.Err() == nil {
 		d.log.Debugf("dht: put nodedata: %v", err)
 	}
 }

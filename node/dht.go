@@ -13,6 +13,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
+	ma "github.com/multiformats/go-multiaddr"
 	mh "github.com/multiformats/go-multihash"
 	"github.com/sirupsen/logrus"
 
@@ -71,6 +72,9 @@ func newDHTRecords(h host.Host, cfg config.NodeConfig, bootstrap []peer.AddrInfo
 		dht.ProtocolPrefix(prefix),
 		dht.Validator(validator),
 		dht.MaxRecordAge(maxAge),
+		// The addresses a DHT answer carries are dialed by the host and
+		// judged by its dial guard; a name would be resolved before that.
+		dht.AddressFilter(ipAddrsOnly),
 		dht.ValueDatastore(store),
 		dht.BootstrapPeers(bootstrap...),
 		// The node refreshes its routing table itself (loop), a moment
@@ -214,6 +218,20 @@ func (d *dhtRecords) provideWorkTypes(ctx context.Context) {
 			d.log.Debugf("dht: provide %s: %v", wt, err)
 		}
 	}
+}
+
+// ipAddrsOnly keeps the addresses that start with an IP (a relayed one
+// through a relay at an IP included): a DHT answer is another peer's word,
+// and a name in it would have the host ask a resolver before any dial
+// guard saw it.
+func ipAddrsOnly(addrs []ma.Multiaddr) []ma.Multiaddr {
+	out := make([]ma.Multiaddr, 0, len(addrs))
+	for _, a := range addrs {
+		if _, ok := addrIP(a); ok {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 // WorkTypeCID returns the DHT key under which the providers of a work type in

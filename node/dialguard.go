@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
@@ -45,11 +46,27 @@ const (
 // once per node, however many there are.
 type dialGuard struct {
 	budget *dialBudget // nil: no budget at all
+	// gate is the budget of the newcomer dials that the host's gater lets
+	// through (dialgate.go): addresses no part of the node cleared, from
+	// DHT answers, LAN discovery and the like. It is apart from budget, so
+	// that a peer feeding the DHT made-up peers cannot spend the dials the
+	// dispatcher needs for workers, nor the reverse. nil: none.
+	gate *dialBudget
+	// listens returns the addresses a peer signed as its own (identify's
+	// signed peer record, in the host's peerstore); nil: none known.
+	listens func(peer.ID) []ma.Multiaddr
 
 	mu       sync.Mutex
 	observed map[peer.ID]*observation
 	failed   map[netip.Addr]time.Time // IPs closed to newcomer dials, until
-	now      func() time.Time
+	// permits are the addresses cleared for dialing although their peer
+	// was never observed at their IP (dialgate.go); sweepAt is when the
+	// first of them runs out.
+	permits map[peer.ID]map[netip.Addr]permit
+	sweepAt time.Time
+	// trusted are the bootstrap peers' addresses: the operator's word.
+	trusted map[peer.ID][]ma.Multiaddr
+	now     func() time.Time
 }
 
 // failedIPHold is how long an IP at which a newcomer dial failed gets no
@@ -61,14 +78,23 @@ const (
 )
 
 type observation struct {
-	ips  []netip.Addr
-	last time.Time
+	ips []netip.Addr
+	// addrs are the exact transport addresses (IP, transport, port) the
+	// peer was observed at, for judging a relay's part of a relayed
+	// address (vouches).
+	addrs []ma.Multiaddr
+	last  time.Time
 }
 
 func newDialGuard(dials int, every time.Duration) *dialGuard {
-	g := &dialGuard{observed: make(map[peer.ID]*observation), failed: make(map[netip.Addr]time.Time), now: time.Now}
+	g := &dialGuard{observed: make(map[peer.ID]*observation), failed: make(map[netip.Addr]time.Time),
+		permits: make(map[peer.ID]map[netip.Addr]permit), trusted: make(map[peer.ID][]ma.Multiaddr), now: time.Now}
 	if dials > 0 {
-		g.budget = newDialBudget(dials, every, g.now)
+		// The budgets' clock reads g.now when it is read, so that a test
+		// that sets g.now moves them too.
+		clock := func() time.Time { return g.now() }
+		g.budget = newDialBudget(dials, every, clock)
+		g.gate = newDialBudget(dials, every, clock)
 	}
 	return g
 }
@@ -81,14 +107,22 @@ func (g *dialGuard) notifiee() network.Notifiee {
 	}}
 }
 
-// observe remembers that id was reached at (or came from) addr.
+// observe remembers that id was reached at (or came from) addr, and gives
+// back the gate's newcomer units its dials held (dialgate.go). A relayed
+// connection says where the relay is, not the peer: it is not remembered
+// as the peer's.
 func (g *dialGuard) observe(id peer.ID, addr ma.Multiaddr) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.connectedLocked(id)
+	g.sweepLocked(g.now())
+	if addr == nil || isRelayAddr(addr) {
+		return
+	}
 	ip, ok := addrIP(addr)
 	if !ok {
 		return
 	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
 	o := g.observed[id]
 	if o == nil {
 		if len(g.observed) >= maxObservedPeers {
@@ -98,10 +132,14 @@ func (g *dialGuard) observe(id peer.ID, addr ma.Multiaddr) {
 		g.observed[id] = o
 	}
 	o.last = time.Now()
-	for _, have := range o.ips {
-		if have == ip {
-			return
+	if !slices.ContainsFunc(o.addrs, addr.Equal) {
+		if len(o.addrs) >= maxObservedIPs {
+			o.addrs = o.addrs[1:]
 		}
+		o.addrs = append(o.addrs, addr)
+	}
+	if slices.Contains(o.ips, ip) {
+		return
 	}
 	if len(o.ips) >= maxObservedIPs {
 		o.ips = o.ips[1:]
@@ -120,30 +158,44 @@ func (g *dialGuard) evictOldestLocked() {
 	delete(g.observed, oldest)
 }
 
-// seenAt reports whether id was observed at ip.
-func (g *dialGuard) seenAt(id peer.ID, ip netip.Addr) bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if o := g.observed[id]; o != nil {
-		for _, have := range o.ips {
-			if have == ip {
-				return true
-			}
-		}
-	}
-	return false
+// seenAtLocked reports whether id was observed at ip.
+func (g *dialGuard) seenAtLocked(id peer.ID, ip netip.Addr) bool {
+	o := g.observed[id]
+	return o != nil && slices.Contains(o.ips, ip)
 }
 
-// vouched splits the addresses of id into those the node may dial freely:
-// at an IP where the peer (or, for a relayed address, its relay) was
-// observed; the rest are returned as unvouched.
+// vouches reports whether the node may dial a, an address of id, freely:
+// a direct address at an IP the peer was observed at; a relayed address
+// whose relay part is an address the relay was observed at exactly (IP,
+// transport and port) or signed as its own (identify). A relay's IP is
+// not enough: a record could then aim every dialer's attempts at other
+// ports of an honest relay's host.
+func (g *dialGuard) vouches(id peer.ID, a ma.Multiaddr) bool {
+	relay, relayAddr, isCircuit := circuitParts(a)
+	if !isCircuit {
+		ip, ok := addrIP(a)
+		if !ok {
+			return false
+		}
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		return g.seenAtLocked(id, ip)
+	}
+	if relay == "" || relayAddr == nil {
+		return false
+	}
+	g.mu.Lock()
+	o := g.observed[relay]
+	seen := o != nil && slices.ContainsFunc(o.addrs, relayAddr.Equal)
+	g.mu.Unlock()
+	return seen || g.listens != nil && slices.ContainsFunc(g.listens(relay), relayAddr.Equal)
+}
+
+// vouched splits the addresses of id into those the node may dial freely
+// (vouches) and the rest, returned as unvouched.
 func (g *dialGuard) vouched(id peer.ID, addrs []ma.Multiaddr) (ok, unvouched []ma.Multiaddr) {
 	for _, a := range addrs {
-		who := id
-		if relay, isCircuit := circuitRelay(a); isCircuit {
-			who = relay
-		}
-		if ip, has := addrIP(a); has && who != "" && g.seenAt(who, ip) {
+		if g.vouches(id, a) {
 			ok = append(ok, a)
 		} else {
 			unvouched = append(unvouched, a)
@@ -181,24 +233,31 @@ func (g *dialGuard) open(addrs []ma.Multiaddr) []ma.Multiaddr {
 func (g *dialGuard) fail(addrs []ma.Multiaddr) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	until := g.now().Add(failedIPHold)
+	now := g.now()
 	for _, a := range addrs {
-		ip, ok := addrIP(a)
-		if !ok || g.anyObservedAtLocked(ip) {
-			continue
+		if ip, ok := addrIP(a); ok {
+			g.failIPLocked(ip, now)
 		}
-		if _, held := g.failed[ip]; !held && len(g.failed) >= maxFailedIPs {
-			var oldest netip.Addr
-			var at time.Time
-			for k, t := range g.failed {
-				if !oldest.IsValid() || t.Before(at) {
-					oldest, at = k, t
-				}
-			}
-			delete(g.failed, oldest)
-		}
-		g.failed[ip] = until
 	}
+}
+
+// failIPLocked closes ip to newcomer dials for failedIPHold from now (see
+// fail).
+func (g *dialGuard) failIPLocked(ip netip.Addr, now time.Time) {
+	if g.anyObservedAtLocked(ip) {
+		return
+	}
+	if _, held := g.failed[ip]; !held && len(g.failed) >= maxFailedIPs {
+		var oldest netip.Addr
+		var at time.Time
+		for k, t := range g.failed {
+			if !oldest.IsValid() || t.Before(at) {
+				oldest, at = k, t
+			}
+		}
+		delete(g.failed, oldest)
+	}
+	g.failed[ip] = now.Add(failedIPHold)
 }
 
 // anyObservedAtLocked reports whether some peer was observed at ip.
@@ -246,9 +305,7 @@ func (b *dialBudget) take(ctx context.Context) bool {
 			b.mu.Unlock()
 			return true
 		}
-		now := b.now()
-		b.tokens = min(b.max, b.tokens+float64(now.Sub(b.last))/float64(b.every))
-		b.last = now
+		b.refillLocked()
 		if b.tokens >= 1 {
 			b.tokens--
 			b.mu.Unlock()
@@ -270,6 +327,31 @@ func (b *dialBudget) take(ctx context.Context) bool {
 		}
 		t.Stop()
 	}
+}
+
+// refillLocked adds the tokens grown since the last look (none while the
+// clock went back).
+func (b *dialBudget) refillLocked() {
+	now := b.now()
+	if now.After(b.last) {
+		b.tokens = min(b.max, b.tokens+float64(now.Sub(b.last))/float64(b.every))
+	}
+	b.last = now
+}
+
+// tryTake takes a token if there is one now, without waiting.
+func (b *dialBudget) tryTake() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.every <= 0 {
+		return true
+	}
+	b.refillLocked()
+	if b.tokens < 1 {
+		return false
+	}
+	b.tokens--
+	return true
 }
 
 // give returns a token taken by take.
@@ -296,23 +378,23 @@ func addrIP(a ma.Multiaddr) (netip.Addr, bool) {
 	return ip.Unmap(), ok
 }
 
-// circuitRelay returns the relay of a /p2p-circuit address.
-func circuitRelay(a ma.Multiaddr) (peer.ID, bool) {
-	circuit := false
-	var relay peer.ID
-	for _, c := range a {
+// circuitParts splits a /p2p-circuit address: its relay and the relay's
+// transport address before the relay's /p2p (nil when it has none).
+func circuitParts(a ma.Multiaddr) (relay peer.ID, relayAddr ma.Multiaddr, circuit bool) {
+	for i, c := range a {
 		switch c.Protocol().Code {
 		case ma.P_CIRCUIT:
-			circuit = true
+			return relay, relayAddr, true
 		case ma.P_P2P:
-			if !circuit {
-				if id, err := peer.IDFromBytes(c.RawValue()); err == nil {
-					relay = id
+			if id, err := peer.IDFromBytes(c.RawValue()); err == nil {
+				relay = id
+				if i > 0 {
+					relayAddr = a[:i]
 				}
 			}
 		}
 	}
-	return relay, circuit
+	return "", nil, false
 }
 
 // DialInfo returns the addresses the node may dial id at now: those of its
@@ -352,9 +434,11 @@ func (n *Node) DialInfo(ctx context.Context, id peer.ID) (info peer.AddrInfo, do
 			ErrNewcomerBudget, id, len(unvouched), n.cfg.NewcomerDials, n.cfg.NewcomerDialInterval)
 	}
 	info.Addrs = open
+	n.guard.clear(id, open)
 	var once sync.Once
 	done = func(err error) {
 		once.Do(func() {
+			n.guard.revoke(id, open)
 			switch {
 			case err == nil:
 				n.guard.budget.give()

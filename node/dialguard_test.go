@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -157,5 +158,109 @@ func TestPeerTableCapEvictsOnlyForConnectedPeers(t *testing.T) {
 	}
 	if _, ok := tb.Get(a.id); !ok {
 		t.Error("a connected peer was evicted")
+	}
+}
+
+// TestDialGateBoundsDialsNoPartCleared: the host's gate lets an address
+// through freely only for a connected peer, at an IP its peer was observed
+// at, for the operator's bootstrap peers and for DialInfo's own newcomer
+// dials; any other address (a DHT answer's) takes a unit of the gate's
+// budget per dial, given back when the peer connects; a dial whose peer
+// never connected closes its IP to newcomer dials and keeps its unit.
+func TestDialGateBoundsDialsNoPartCleared(t *testing.T) {
+	g := newDialGuard(2, time.Hour)
+	clock := time.Unix(1_000_000, 0)
+	g.now = func() time.Time { return clock }
+	none := func(peer.ID) bool { return false }
+	at := func(ip string, port int) ma.Multiaddr {
+		return ma.StringCast(fmt.Sprintf("/ip4/%s/udp/%d/quic-v1", ip, port))
+	}
+	ids := make([]peer.ID, 8)
+	for i := range ids {
+		ids[i] = newPeerKey(t).id
+	}
+	seen, f1, f2, f3, f4, boot, relay, cleared := ids[0], ids[1], ids[2], ids[3], ids[4], ids[5], ids[6], ids[7]
+	g.observe(seen, at("10.0.0.1", 4001))
+	for i := range 10 {
+		if !g.admitDial(seen, at("10.0.0.1", 5000+i), none) {
+			t.Fatalf("dial %d of a peer at an IP it was observed at refused", i)
+		}
+	}
+	if !g.admitDial(f1, at("10.9.9.9", 1), none) || !g.admitDial(f1, at("10.9.9.9", 2), none) {
+		t.Fatal("a newcomer dial within the budget refused")
+	}
+	if !g.admitDial(f2, at("10.9.9.8", 1), none) {
+		t.Fatal("a second newcomer dial within a budget of 2 refused")
+	}
+	if g.admitDial(f3, at("10.9.9.7", 1), none) {
+		t.Fatal("a third newcomer dial allowed with a budget of 2")
+	}
+	if !g.admitDial(f3, at("10.9.9.7", 1), func(p peer.ID) bool { return p == f3 }) {
+		t.Fatal("a dial of a connected peer (a hole punch) refused")
+	}
+	clock = clock.Add(gateGrant + time.Millisecond)
+	if g.admitDial(f1, at("10.9.9.9", 1), none) {
+		t.Fatal("a later dial of the same newcomer allowed without a unit")
+	}
+	g.observe(f2, at("10.9.9.8", 1)) // f2 connected: its unit comes back
+	if !g.admitDial(f3, at("10.9.9.7", 1), none) {
+		t.Fatal("a newcomer dial refused after another newcomer connected and gave its unit back")
+	}
+	// f1's and f3's dials never connected: their IPs close, units stay spent.
+	clock = clock.Add(gateSettle)
+	g.observe(f2, at("10.9.9.8", 1)) // nothing to give back twice
+	for _, ip := range []string{"10.9.9.9", "10.9.9.7"} {
+		if _, closed := g.failed[netip.MustParseAddr(ip)]; !closed {
+			t.Errorf("%s not closed after a newcomer dial there never connected", ip)
+		}
+	}
+	if g.admitDial(f4, at("10.9.9.6", 1), none) {
+		t.Fatal("a newcomer dial allowed after two dials that never connected spent the budget")
+	}
+	// DialInfo's newcomer dial runs on its own budget.
+	g.clear(cleared, []ma.Multiaddr{at("10.9.9.5", 1)})
+	if !g.admitDial(cleared, at("10.9.9.5", 1), none) {
+		t.Fatal("an address DialInfo cleared refused")
+	}
+	g.revoke(cleared, []ma.Multiaddr{at("10.9.9.5", 1)})
+	if g.admitDial(cleared, at("10.9.9.5", 1), none) {
+		t.Fatal("an address allowed after DialInfo's dial ended, with the budget spent")
+	}
+	// The operator's bootstrap peers, at the IPs configured.
+	g.trust([]peer.AddrInfo{{ID: boot, Addrs: []ma.Multiaddr{at("10.1.1.1", 4001)}}})
+	if !g.admitDial(boot, at("10.1.1.1", 4002), none) || g.admitDial(boot, at("10.9.9.4", 1), none) {
+		t.Fatal("want a bootstrap peer dialed at its configured IP only")
+	}
+	// Relayed: through a connected relay, or one observed at exactly
+	// the relay part; another port of the relay's IP is a newcomer.
+	circuit := func(a ma.Multiaddr) ma.Multiaddr {
+		return ma.StringCast(a.String() + "/p2p/" + relay.String() + "/p2p-circuit")
+	}
+	if !g.admitDial(f4, circuit(at("10.2.2.2", 9)), func(p peer.ID) bool { return p == relay }) {
+		t.Fatal("a relayed address through a connected relay refused")
+	}
+	g.observe(relay, at("10.2.2.2", 4001))
+	if !g.admitDial(f4, circuit(at("10.2.2.2", 4001)), none) {
+		t.Fatal("a relayed address through a relay observed there refused")
+	}
+	if g.admitDial(f4, circuit(at("10.2.2.2", 22)), none) {
+		t.Fatal("a relayed address at another port of the relay's IP allowed with the budget spent")
+	}
+	g.listens = func(p peer.ID) []ma.Multiaddr {
+		if p == relay {
+			return []ma.Multiaddr{at("10.2.2.2", 22)}
+		}
+		return nil
+	}
+	if !g.admitDial(f4, circuit(at("10.2.2.2", 22)), none) {
+		t.Fatal("a relayed address at an address the relay signed refused")
+	}
+	// A connection through a relay says where the relay is, not the peer.
+	g.observe(f4, circuit(at("10.2.2.2", 4001)))
+	if g.admitDial(f4, at("10.2.2.2", 4001), none) {
+		t.Fatal("a direct address at the relay's IP allowed for a peer seen only through the relay")
+	}
+	if newDialGuard(0, time.Second).admitDial(f4, at("10.9.9.3", 1), none) {
+		t.Fatal("a newcomer dial allowed with no budget")
 	}
 }

@@ -184,7 +184,7 @@ func newNodeHost(key crypto.PrivKey, netName, version string, listen []ma.Multia
 		return nil, fmt.Errorf("libp2p host: quic: %w", err)
 	}
 	closers = append(closers, reuse.Close)
-	gater := newAddrGater(&st.dialsSkipped)
+	gater := newAddrGater(st)
 	sw, err := swarm.NewSwarm(pid, ps, bus,
 		swarm.WithResourceManager(rm),
 		swarm.WithConnectionGater(gater),
@@ -195,6 +195,10 @@ func newNodeHost(key crypto.PrivKey, netName, version string, listen []ma.Multia
 		return nil, fmt.Errorf("libp2p host: swarm: %w", err)
 	}
 	closers = append(closers, sw.Close)
+	gater.connected = func(p peer.ID) bool {
+		c := sw.Connectedness(p)
+		return c == network.Connected || c == network.Limited
+	}
 	qt, err := quic.NewTransport(key, reuse, nil, nil, rm)
 	if err != nil {
 		return nil, fmt.Errorf("libp2p host: quic: %w", err)

@@ -28,7 +28,7 @@ var (
 // in the node's own registry; it reads the counts at scrape time.
 func (n *Node) Collector() prometheus.Collector {
 	return scrape.Collector(n.collect, []*prometheus.Desc{descGossipDropped, descGossipLeftOut}, n.table.Collector(),
-		scrape.Collector(n.collectNAT, []*prometheus.Desc{descHolePunches, descHolePunchRetries, descRelayReservations, descDialsSkipped, descRelayedWork, descReachability}))
+		scrape.Collector(n.collectNAT, []*prometheus.Desc{descHolePunches, descHolePunchRetries, descRelayReservations, descDialsSkipped, descDialsGated, descRelayedWork, descReachability}))
 }
 
 // collect sends the gossip drops counted so far, and the publications

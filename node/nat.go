@@ -189,17 +189,24 @@ func isRelayAddr(a ma.Multiaddr) bool {
 // addrGater keeps the host from dialing addresses it cannot reach: a node
 // with no private address of its own (a public host) never dials another
 // site's private address that a record or identify carried. Loopback,
-// public and relay addresses are always dialed.
+// public and relay addresses are always dialed. Once the node set its dial
+// guard in st, every address must also pass the guard's gate (dialgate.go).
 type addrGater struct {
 	onPrivateNet bool
 	// onPublicNet: some interface address of the host is public.
 	onPublicNet bool
 	skipped     *atomic.Uint64
+	// st holds the node's dial guard (nil: none, a bare host) and the
+	// gate's refusals.
+	st *natState
+	// connected reports whether the host holds a connection (a relayed
+	// one too) to a peer; set once the swarm exists.
+	connected func(peer.ID) bool
 }
 
 // newAddrGater looks at the host's interface addresses once.
-func newAddrGater(skipped *atomic.Uint64) *addrGater {
-	g := &addrGater{skipped: skipped}
+func newAddrGater(st *natState) *addrGater {
+	g := &addrGater{skipped: &st.dialsSkipped, st: st}
 	ifaddrs, err := manet.InterfaceMultiaddrs()
 	if err != nil {
 		g.onPrivateNet = true // unknown: dial as before
@@ -229,11 +236,18 @@ func (g *addrGater) usable(a ma.Multiaddr) bool {
 }
 
 func (g *addrGater) InterceptPeerDial(peer.ID) bool { return true }
-func (g *addrGater) InterceptAddrDial(_ peer.ID, a ma.Multiaddr) bool {
-	if g.usable(a) {
+func (g *addrGater) InterceptAddrDial(p peer.ID, a ma.Multiaddr) bool {
+	if !g.usable(a) {
+		g.skipped.Add(1)
+		return false
+	}
+	if g.st == nil || g.connected == nil {
 		return true
 	}
-	g.skipped.Add(1)
+	if guard := g.st.guard.Load(); guard == nil || guard.admitDial(p, a, g.connected) {
+		return true
+	}
+	g.st.dialsGated.Add(1)
 	return false
 }
 func (g *addrGater) InterceptAccept(network.ConnMultiaddrs) bool { return true }
@@ -256,7 +270,12 @@ type natState struct {
 	hpFailed     atomic.Uint64
 	hpRetries    atomic.Uint64
 	dialsSkipped atomic.Uint64
-	relayedWork  atomic.Uint64
+	// dialsGated counts the addresses the dial guard's gate refused.
+	dialsGated  atomic.Uint64
+	relayedWork atomic.Uint64
+	// guard is the node's dial guard, which the host's gater consults
+	// (set by the node once it exists).
+	guard        atomic.Pointer[dialGuard]
 	hpLastError  atomic.Pointer[string]
 	staticRelays []peer.AddrInfo
 	// tablePeers lists the peers of the node's table (set once the table

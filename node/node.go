@@ -158,6 +158,9 @@ func New(ctx context.Context, cfg config.NodeConfig, opts ...Option) (*Node, err
 	// The guard observes connections from the first one on (membership
 	// dials the bootstrap peers below), including those of a borrowed host.
 	n.guard = newDialGuard(cfg.NewcomerDials, cfg.NewcomerDialInterval)
+	n.guard.listens = func(p peer.ID) []ma.Multiaddr { return signedAddrs(h.Peerstore(), p) }
+	n.guard.trust(bootstrap)
+	h.nat.guard.Store(n.guard)
 	n.syncBudget = pubsub.NewPeerBuckets(syncBudgetRate, syncBudgetBurst)
 	n.fullSyncs = pubsub.NewPeerBuckets(rate.Every(cfg.RecordTTL), 1)
 	nf := n.guard.notifiee()

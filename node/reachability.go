@@ -64,6 +64,7 @@ func (n *Node) NATStats() apiv1.NATStats {
 		HolePunchRetries:     st.hpRetries.Load(),
 		RelayReservations:    relayReservations(n.host),
 		DialsSkipped:         st.dialsSkipped.Load(),
+		DialsGated:           st.dialsGated.Load(),
 		RelayedWork:          st.relayedWork.Load(),
 	}
 	if e := st.hpLastError.Load(); e != nil {
@@ -94,6 +95,8 @@ var (
 		"Work requests this node sent to peers over a relayed connection (before a hole punch, or behind a NAT that cannot be punched).", nil, nil)
 	descDialsSkipped = prometheus.NewDesc("workmesh_dials_skipped_total",
 		"Dials to addresses this node cannot reach (another site's private address) not made.", nil, nil)
+	descDialsGated = prometheus.NewDesc("workmesh_dials_gated_total",
+		"Dials to addresses another peer named (a DHT answer, a record) at an IP their peer was never seen at, refused by the dial guard: newcomer budget spent or the IP closed by a failed dial.", nil, nil)
 )
 
 // collectNAT sends the NAT counts.
@@ -105,6 +108,7 @@ func (n *Node) collectNAT(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descHolePunchRetries, prometheus.CounterValue, float64(s.HolePunchRetries))
 	ch <- prometheus.MustNewConstMetric(descRelayReservations, prometheus.GaugeValue, float64(s.RelayReservations))
 	ch <- prometheus.MustNewConstMetric(descDialsSkipped, prometheus.CounterValue, float64(s.DialsSkipped))
+	ch <- prometheus.MustNewConstMetric(descDialsGated, prometheus.CounterValue, float64(s.DialsGated))
 	ch <- prometheus.MustNewConstMetric(descRelayedWork, prometheus.CounterValue, float64(s.RelayedWork))
 	r := n.Reachability()
 	for _, name := range []string{"public", "private", "unknown"} {

@@ -69,6 +69,7 @@ func (f fakePeer) record(t testing.TB, network string, seq uint64, addrs []strin
 type udpVictim struct {
 	conn *net.UDPConn
 	got  atomic.Int64
+	last atomic.Int64 // unix nanoseconds of the last datagram
 }
 
 func newUDPVictim(t *testing.T) *udpVictim {
@@ -87,10 +88,24 @@ func newUDPVictim(t *testing.T) *udpVictim {
 				return // closed at cleanup
 			}
 			v.got.Add(1)
+			v.last.Store(time.Now().UnixNano())
 		}
 	}()
 	t.Cleanup(func() { conn.Close(); <-done })
 	return v
+}
+
+// settled waits (up to within) until no datagram arrived for quiet, so
+// that the dials under way have ended, and returns the datagrams counted.
+func (v *udpVictim) settled(t *testing.T, quiet, within time.Duration) int64 {
+	t.Helper()
+	testkit.WaitFor(t, within, fmt.Sprintf("no datagram to the victim for %s", quiet), func() error {
+		if last := v.last.Load(); last != 0 && time.Since(time.Unix(0, last)) < quiet {
+			return fmt.Errorf("%d so far", v.got.Load())
+		}
+		return nil
+	})
+	return v.got.Load()
 }
 
 // addr is the victim's address as a QUIC multiaddr.

@@ -561,6 +561,10 @@ type NATStats struct {
 	// DialsSkipped counts dials to addresses this node cannot reach (a
 	// private address of another site) that were not made.
 	DialsSkipped uint64 `json:"dials_skipped"`
+	// DialsGated counts addresses the dial guard refused to dial: named
+	// by another peer's word (a DHT answer, say) at an IP their peer was
+	// never seen at, with the newcomer budget spent or the IP closed.
+	DialsGated uint64 `json:"dials_gated"`
 	// RelayedWork counts work requests sent over relayed connections.
 	RelayedWork uint64 `json:"relayed_work"`
 	// LastHolePunchError says why the last failed hole punch failed.

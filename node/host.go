@@ -117,11 +117,17 @@ func newResourceManager(netName string) (network.ResourceManager, error) {
 		limits.AddProtocolPeerLimit(l.proto, l.perPr, rcmgr.BaseLimitIncrease{})
 	}
 	limits.AddProtocolPeerLimit(WorkProtocol(netName), workPeerLimit, rcmgr.BaseLimitIncrease{})
-	rm, err := rcmgr.NewResourceManager(rcmgr.NewFixedLimiter(limits.AutoScale()), rcmgr.WithMetricsDisabled())
+	rm, err := rcmgr.NewResourceManager(rcmgr.NewFixedLimiter(limits.AutoScale()), rcmgr.WithMetricsDisabled(),
+		rcmgr.WithConnRateLimiters(unlimitedConnRate()))
 	if err != nil {
 		return nil, fmt.Errorf("resource manager: %w", err)
 	}
-	return rm, nil
+	cl, err := newConnLimits(rm)
+	if err != nil {
+		rm.Close()
+		return nil, fmt.Errorf("resource manager: %w", err)
+	}
+	return cl, nil
 }
 
 // newHost builds a plain libp2p host, without the NAT services (AutoNAT,

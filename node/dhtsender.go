@@ -36,7 +36,8 @@ var errBadPutAnswer = errors.New("the answer to PUT_VALUE does not hold the reco
 // answer is that peer's error.
 //
 // Like the DHT's sender it keeps one stream per peer, one request on it at
-// a time, and opens a new one when a reused stream fails.
+// a time, and opens a new one when a reused stream fails; a request waits
+// for the stream and uses it within its context.
 type dhtSender struct {
 	h      host.Host
 	protos []protocol.ID
@@ -52,11 +53,12 @@ func newDHTSender(h host.Host, protos []protocol.ID) *dhtSender {
 	return &dhtSender{h: h, protos: protos, peers: make(map[peer.ID]*dhtStream)}
 }
 
-// dhtStream is the stream to one peer; mu holds it for one request.
+// dhtStream is the stream to one peer; a request holds slot (a lock its
+// caller may stop waiting for) while it uses the stream.
 type dhtStream struct {
-	mu sync.Mutex
-	s  network.Stream
-	r  msgio.ReadCloser
+	slot chan struct{}
+	s    network.Stream
+	r    msgio.ReadCloser
 }
 
 var _ dhtpb.MessageSenderWithDisconnect = (*dhtSender)(nil)
@@ -66,7 +68,7 @@ func (d *dhtSender) stream(p peer.ID) *dhtStream {
 	defer d.mu.Unlock()
 	ps := d.peers[p]
 	if ps == nil {
-		ps = &dhtStream{}
+		ps = &dhtStream{slot: make(chan struct{}, 1)}
 		d.peers[p] = ps
 	}
 	return ps
@@ -78,10 +80,15 @@ func (d *dhtSender) OnDisconnect(_ context.Context, p peer.ID) {
 	ps := d.peers[p]
 	delete(d.peers, p)
 	d.mu.Unlock()
-	if ps != nil && ps.mu.TryLock() {
+	if ps == nil {
+		return
+	}
+	select {
+	case ps.slot <- struct{}{}:
 		ps.reset()
-		ps.mu.Unlock()
-	} // else the request holding it resets it when it fails
+		<-ps.slot
+	default: // the request holding it resets it when it fails
+	}
 }
 
 // SendMessage sends pmes, which gets no answer.
@@ -121,8 +128,12 @@ func (d *dhtSender) exchange(ctx context.Context, p peer.ID, pmes *dhtpb.Message
 		return nil, err
 	}
 	ps := d.stream(p)
-	ps.mu.Lock()
-	defer ps.mu.Unlock()
+	select {
+	case ps.slot <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	defer func() { <-ps.slot }()
 	for {
 		reused := ps.s != nil
 		if !reused {
@@ -144,27 +155,37 @@ func (d *dhtSender) exchange(ctx context.Context, p peer.ID, pmes *dhtpb.Message
 }
 
 // roundTrip writes one message and reads one answer within ctx and
-// dhtReadTimeout.
+// dhtReadTimeout. When ctx ends first, the stream is reset (which ends a
+// blocked write or read), and roundTrip returns only once that reset is
+// done, so nothing of this call touches the stream after it.
 func (ps *dhtStream) roundTrip(ctx context.Context, msg []byte, answer bool) (*dhtpb.Message, error) {
-	if err := msgio.NewVarintWriter(ps.s).WriteMsg(msg); err != nil {
+	s := ps.s
+	ended := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(ended)
+		_ = s.Reset()
+	})
+	resp, err := ps.exchange(s, msg, answer)
+	if !stop() {
+		<-ended // the reset ran, or is running: wait for it
+		return nil, ctx.Err()
+	}
+	return resp, err
+}
+
+// exchange writes msg on s and, with answer, reads one answer, both within
+// dhtReadTimeout.
+func (ps *dhtStream) exchange(s network.Stream, msg []byte, answer bool) (*dhtpb.Message, error) {
+	_ = s.SetDeadline(time.Now().Add(dhtReadTimeout))
+	defer s.SetDeadline(time.Time{})
+	if err := msgio.NewVarintWriter(s).WriteMsg(msg); err != nil {
 		return nil, err
 	}
 	if !answer {
 		return nil, nil
 	}
-	deadline := time.Now().Add(dhtReadTimeout)
-	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
-		deadline = dl
-	}
-	_ = ps.s.SetReadDeadline(deadline)
-	stop := context.AfterFunc(ctx, func() { _ = ps.s.SetReadDeadline(time.Now()) })
 	b, err := ps.r.ReadMsg()
-	stopped := stop()
-	_ = ps.s.SetReadDeadline(time.Time{})
 	if err != nil {
-		if !stopped {
-			return nil, ctx.Err()
-		}
 		return nil, err
 	}
 	defer ps.r.ReleaseMsg(b)

@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -97,4 +98,67 @@ func TestDHTSurvivesAnswersWithoutTheRecord(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// blockingStream is a stream whose reads wait until it is reset or its
+// peer's answer (release) comes; it fails the test when used after the
+// call that owned it returned.
+type blockingStream struct {
+	network.Stream
+	t       *testing.T
+	release chan struct{}
+	reset   chan struct{}
+	once    sync.Once
+	done    atomic.Bool // the call returned
+	wrote   atomic.Bool
+}
+
+func (b *blockingStream) used(what string) {
+	if b.done.Load() {
+		b.t.Errorf("%s on the stream after the call returned", what)
+	}
+}
+func (b *blockingStream) Write(p []byte) (int, error) {
+	b.used("Write")
+	b.wrote.Store(true)
+	return len(p), nil
+}
+func (b *blockingStream) Read([]byte) (int, error) {
+	select {
+	case <-b.release:
+	case <-b.reset:
+	}
+	b.used("Read")
+	return 0, errors.New("stream reset")
+}
+func (b *blockingStream) SetDeadline(time.Time) error { b.used("SetDeadline"); return nil }
+func (b *blockingStream) Reset() error {
+	b.used("Reset")
+	b.once.Do(func() { close(b.reset) })
+	return nil
+}
+
+// TestDHTSenderCallEndsWithItsContext: a request whose context ends as its
+// answer fails resets the stream, and touches it no more once the call
+// returned (the reset of the context's end ran on a goroutine of its own
+// and read the stream field after the call had cleared it: a nil pointer
+// that ended the process, seen by a review's race run).
+func TestDHTSenderCallEndsWithItsContext(t *testing.T) {
+	d := newDHTSender(nil, nil)
+	p := newPeerKey(t).id
+	for range 2000 {
+		bs := &blockingStream{t: t, release: make(chan struct{}), reset: make(chan struct{})}
+		ps := d.stream(p)
+		ps.s, ps.r = bs, msgio.NewVarintReaderSize(bs, network.MessageSizeMax)
+		ctx, cancel := context.WithCancel(context.Background())
+		go func() { cancel(); close(bs.release) }()
+		if _, err := d.SendRequest(ctx, p, dhtpb.NewMessage(dhtpb.Message_FIND_NODE, []byte("k"), 0)); err == nil {
+			t.Fatal("a request whose stream failed answered")
+		}
+		bs.done.Store(true)
+		if bs.wrote.Load() && ps.s != nil {
+			t.Fatal("the failed stream is kept for the next request")
+		}
+		ps.s, ps.r = nil, nil
+	}
 }

@@ -3,6 +3,7 @@ package node
 import (
 	"net/netip"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -23,14 +24,18 @@ import (
 //   - at an IP the peer was observed at (for a relayed address, through a
 //     relay the host is connected to or whose part vouches allows);
 //   - when a part of the node cleared it: DialInfo's newcomer dials, the
-//     bootstrap peers the operator configured;
+//     bootstrap peers the operator configured (at the IPs and ports given,
+//     a name at those it resolves to when the node dials it);
 //   - else within the gate's own newcomer budget (the size and rate of the
-//     newcomer-dials settings): the dial takes a unit, which it gives back
-//     when the peer connects; one whose peer did not connect within
-//     gateSettle keeps its unit and closes its IP to newcomer dials for
-//     failedIPHold, as a failed DialInfo dial does. The gate never waits:
-//     with the budget spent, the address is refused (the DHT query counts
-//     the peer unreachable and goes on).
+//     newcomer-dials settings): each address (IP and port) a dial may use
+//     takes a unit. The units of the addresses at the IP the node then
+//     reaches the peer at, by a connection it dialed, go back; the others
+//     stay spent, and once gateSettle passed they close their IPs to
+//     newcomer dials for failedIPHold, as a failed DialInfo dial does. A
+//     connection the peer opens gives nothing back: whoever holds a made-up
+//     identity's key could otherwise recycle the units of the addresses it
+//     named. The gate never waits: with the budget spent, the address is
+//     refused (the DHT query counts the peer unreachable and goes on).
 
 // A newcomer dial the gate lets through may use its address for
 // gateGrant (the swarm judges all of a dial's addresses at once, and
@@ -47,36 +52,49 @@ const (
 // clears no more until some run out.
 const maxPermits = 4096
 
-// permit clears one IP of a peer for dials until grant, and is judged at
-// settle. units are the gate's budget units its dials hold, given back
-// when the peer connects; at settle, a permit still holding units closes
-// its IP to newcomer dials. DialInfo's permits hold none: its own budget
-// pays for its dial.
+// permit clears one address (IP and port) of a peer for dials until grant,
+// and is judged at settle. units are the gate's budget units its dials
+// hold, given back when the node reaches the peer at its IP; at settle, a
+// permit still holding units closes its IP to newcomer dials. DialInfo's
+// permits hold none: its own budget pays for its dial.
 type permit struct {
 	grant, settle time.Time
 	units         int
 }
 
-// trust clears the addresses of the bootstrap peers, the operator's word,
-// for good: an address by its IP, and any address of a peer configured
-// by a name (the host resolves it before the gate sees it).
+// trust clears the given addresses of the bootstrap peers, the operator's
+// word, for good, by IP and port. An address given by a name is cleared at
+// the addresses it resolves to, when the node dials it (membership).
 func (g *dialGuard) trust(peers []peer.AddrInfo) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for _, ai := range peers {
-		g.trusted[ai.ID] = append(g.trusted[ai.ID], ai.Addrs...)
+		for _, a := range ai.Addrs {
+			if ap, ok := addrPort(a); ok && !isRelayAddr(a) && !slices.Contains(g.trusted[ai.ID], ap) {
+				g.trusted[ai.ID] = append(g.trusted[ai.ID], ap)
+			}
+		}
 	}
 }
 
-// trustedLocked reports whether a is an address of id the operator gave.
-func (g *dialGuard) trustedLocked(id peer.ID, ip netip.Addr) bool {
-	for _, t := range g.trusted[id] {
-		tip, ok := addrIP(t)
-		if !ok || tip == ip {
-			return true
+// addrPort returns the IP and port of a's first IP and TCP or UDP
+// components.
+func addrPort(a ma.Multiaddr) (netip.AddrPort, bool) {
+	ip, ok := addrIP(a)
+	if !ok {
+		return netip.AddrPort{}, false
+	}
+	for _, c := range a {
+		switch c.Protocol().Code {
+		case ma.P_TCP, ma.P_UDP:
+			port, err := strconv.ParseUint(c.Value(), 10, 16)
+			if err != nil {
+				return netip.AddrPort{}, false
+			}
+			return netip.AddrPortFrom(ip, uint16(port)), true
 		}
 	}
-	return false
+	return netip.AddrPort{}, false
 }
 
 // admitDial is the gate's judgement of a, one address of a dial of id;
@@ -94,22 +112,22 @@ func (g *dialGuard) admitDial(id peer.ID, a ma.Multiaddr, connected func(peer.ID
 	if g.vouches(id, a) {
 		return true
 	}
-	ip, ok := addrIP(a)
+	ap, ok := addrPort(a)
 	if !ok {
-		return false // not an IP address: nothing the gate can judge
+		return false // not an IP address and port: nothing the gate can judge
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	now := g.now()
 	g.sweepLocked(now)
-	if !isCircuit && g.trustedLocked(id, ip) {
+	if !isCircuit && slices.Contains(g.trusted[id], ap) {
 		return true
 	}
-	pm, held := g.permits[id][ip]
+	pm, held := g.permits[id][ap]
 	if held && now.Before(pm.grant) {
 		return true
 	}
-	if until, closed := g.failed[ip]; closed && now.Before(until) {
+	if until, closed := g.failed[ap.Addr()]; closed && now.Before(until) {
 		return false
 	}
 	if g.gate == nil || !held && g.countPermitsLocked() >= maxPermits || !g.gate.tryTake() {
@@ -117,7 +135,7 @@ func (g *dialGuard) admitDial(id peer.ID, a ma.Multiaddr, connected func(peer.ID
 	}
 	pm.units++
 	pm.grant, pm.settle = now.Add(gateGrant), now.Add(gateSettle)
-	g.permitLocked(id, ip, pm)
+	g.permitLocked(id, ap, pm)
 	return true
 }
 
@@ -129,13 +147,13 @@ func (g *dialGuard) clear(id peer.ID, addrs []ma.Multiaddr) {
 	defer g.mu.Unlock()
 	until := g.now().Add(gateSettle)
 	for _, a := range addrs {
-		if ip, ok := addrIP(a); ok {
-			pm := g.permits[id][ip]
+		if ap, ok := addrPort(a); ok {
+			pm := g.permits[id][ap]
 			pm.grant = until
 			if pm.settle.Before(until) {
 				pm.settle = until
 			}
-			g.permitLocked(id, ip, pm)
+			g.permitLocked(id, ap, pm)
 		}
 	}
 }
@@ -145,9 +163,9 @@ func (g *dialGuard) revoke(id peer.ID, addrs []ma.Multiaddr) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for _, a := range addrs {
-		if ip, ok := addrIP(a); ok {
-			if pm, held := g.permits[id][ip]; held && pm.units == 0 {
-				delete(g.permits[id], ip)
+		if ap, ok := addrPort(a); ok {
+			if pm, held := g.permits[id][ap]; held && pm.units == 0 {
+				delete(g.permits[id], ap)
 			}
 		}
 	}
@@ -156,13 +174,13 @@ func (g *dialGuard) revoke(id peer.ID, addrs []ma.Multiaddr) {
 	}
 }
 
-func (g *dialGuard) permitLocked(id peer.ID, ip netip.Addr, pm permit) {
+func (g *dialGuard) permitLocked(id peer.ID, ap netip.AddrPort, pm permit) {
 	m := g.permits[id]
 	if m == nil {
-		m = make(map[netip.Addr]permit)
+		m = make(map[netip.AddrPort]permit)
 		g.permits[id] = m
 	}
-	m[ip] = pm
+	m[ap] = pm
 	if g.sweepAt.IsZero() || pm.settle.Before(g.sweepAt) {
 		g.sweepAt = pm.settle
 	}
@@ -176,19 +194,20 @@ func (g *dialGuard) countPermitsLocked() int {
 	return n
 }
 
-// connectedLocked settles id's permits once it connected: the units its
-// newcomer dials held go back to the gate's budget.
-func (g *dialGuard) connectedLocked(id peer.ID) {
+// reachedLocked settles id's permits at ip once a connection the node
+// dialed reached the peer there: the units they held go back to the gate's
+// budget.
+func (g *dialGuard) reachedLocked(id peer.ID, ip netip.Addr) {
 	m, ok := g.permits[id]
 	if !ok {
 		return
 	}
-	for ip, pm := range m {
-		if pm.units > 0 {
+	for ap, pm := range m {
+		if pm.units > 0 && ap.Addr() == ip {
 			for range pm.units {
 				g.gate.give()
 			}
-			delete(m, ip)
+			delete(m, ap)
 		}
 	}
 	if len(m) == 0 {
@@ -206,17 +225,17 @@ func (g *dialGuard) sweepLocked(now time.Time) {
 	g.sweepAt = time.Time{}
 	var failed []netip.Addr
 	for id, m := range g.permits {
-		for ip, pm := range m {
+		for ap, pm := range m {
 			switch {
 			case now.Before(pm.settle):
 				if g.sweepAt.IsZero() || pm.settle.Before(g.sweepAt) {
 					g.sweepAt = pm.settle
 				}
 			case pm.units > 0:
-				failed = append(failed, ip)
-				delete(m, ip)
+				failed = append(failed, ap.Addr())
+				delete(m, ap)
 			default:
-				delete(m, ip)
+				delete(m, ap)
 			}
 		}
 		if len(m) == 0 {

@@ -62,10 +62,10 @@ type dialGuard struct {
 	// permits are the addresses cleared for dialing although their peer
 	// was never observed at their IP (dialgate.go); sweepAt is when the
 	// first of them runs out.
-	permits map[peer.ID]map[netip.Addr]permit
+	permits map[peer.ID]map[netip.AddrPort]permit
 	sweepAt time.Time
 	// trusted are the bootstrap peers' addresses: the operator's word.
-	trusted map[peer.ID][]ma.Multiaddr
+	trusted map[peer.ID][]netip.AddrPort
 	now     func() time.Time
 }
 
@@ -88,7 +88,7 @@ type observation struct {
 
 func newDialGuard(dials int, every time.Duration) *dialGuard {
 	g := &dialGuard{observed: make(map[peer.ID]*observation), failed: make(map[netip.Addr]time.Time),
-		permits: make(map[peer.ID]map[netip.Addr]permit), trusted: make(map[peer.ID][]ma.Multiaddr), now: time.Now}
+		permits: make(map[peer.ID]map[netip.AddrPort]permit), trusted: make(map[peer.ID][]netip.AddrPort), now: time.Now}
 	if dials > 0 {
 		// The budgets' clock reads g.now when it is read, so that a test
 		// that sets g.now moves them too.
@@ -103,24 +103,24 @@ func newDialGuard(dials int, every time.Duration) *dialGuard {
 // takes.
 func (g *dialGuard) notifiee() network.Notifiee {
 	return &network.NotifyBundle{ConnectedF: func(_ network.Network, c network.Conn) {
-		g.observe(c.RemotePeer(), c.RemoteMultiaddr())
+		g.observe(c.RemotePeer(), c.RemoteMultiaddr(), c.Stat().Direction == network.DirOutbound)
 	}}
 }
 
-// observe remembers that id was reached at (or came from) addr, and gives
-// back the gate's newcomer units its dials held (dialgate.go). A relayed
-// connection says where the relay is, not the peer: it is not remembered
-// as the peer's.
-func (g *dialGuard) observe(id peer.ID, addr ma.Multiaddr) {
+// observe remembers that id was reached at (dialed: the node dialed the
+// connection) or came from addr; a connection the node dialed also gives
+// back the gate's newcomer units of the addresses at that IP
+// (dialgate.go). A relayed connection says where the relay is, not the
+// peer: it is not remembered as the peer's.
+func (g *dialGuard) observe(id peer.ID, addr ma.Multiaddr, dialed bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.connectedLocked(id)
-	g.sweepLocked(g.now())
-	if addr == nil || isRelayAddr(addr) {
-		return
-	}
 	ip, ok := addrIP(addr)
-	if !ok {
+	if ok && dialed {
+		g.reachedLocked(id, ip)
+	}
+	g.sweepLocked(g.now())
+	if !ok || isRelayAddr(addr) {
 		return
 	}
 	o := g.observed[id]

@@ -14,8 +14,8 @@ import (
 func TestDialGuardVouchesObservedIPsOnly(t *testing.T) {
 	g := newDialGuard(2, time.Hour)
 	p, relay := newPeerKey(t).id, newPeerKey(t).id
-	g.observe(p, ma.StringCast("/ip4/127.0.0.1/udp/40000/quic-v1"))
-	g.observe(relay, ma.StringCast("/ip4/10.0.0.9/udp/4001/quic-v1"))
+	g.observe(p, ma.StringCast("/ip4/127.0.0.1/udp/40000/quic-v1"), false)
+	g.observe(relay, ma.StringCast("/ip4/10.0.0.9/udp/4001/quic-v1"), true)
 	addrs := []ma.Multiaddr{
 		ma.StringCast("/ip4/127.0.0.1/udp/4001/quic-v1"),                                       // seen at that IP, another port
 		ma.StringCast("/ip4/127.0.0.77/udp/4001/quic-v1"),                                      // never seen there
@@ -123,7 +123,7 @@ func TestDialGuardFailedNewcomerDialClosesItsIP(t *testing.T) {
 		t.Errorf("after the hold: open = %v, want the address again", got)
 	}
 	// A failed dial at an IP where a peer was observed closes nothing.
-	g.observe(newPeerKey(t).id, ma.StringCast("/ip4/127.0.0.1/udp/5000/quic-v1"))
+	g.observe(newPeerKey(t).id, ma.StringCast("/ip4/127.0.0.1/udp/5000/quic-v1"), false)
 	seen := ma.StringCast("/ip4/127.0.0.1/udp/4001/quic-v1")
 	g.fail([]ma.Multiaddr{seen})
 	if got := g.open([]ma.Multiaddr{seen}); len(got) != 1 {
@@ -163,12 +163,13 @@ func TestPeerTableCapEvictsOnlyForConnectedPeers(t *testing.T) {
 
 // TestDialGateBoundsDialsNoPartCleared: the host's gate lets an address
 // through freely only for a connected peer, at an IP its peer was observed
-// at, for the operator's bootstrap peers and for DialInfo's own newcomer
+// at, at the operator's bootstrap addresses and for DialInfo's own newcomer
 // dials; any other address (a DHT answer's) takes a unit of the gate's
-// budget per dial, given back when the peer connects; a dial whose peer
-// never connected closes its IP to newcomer dials and keeps its unit.
+// budget per address (IP and port), given back when a connection the node
+// dialed reaches the peer at that IP (not when the peer connects in); a
+// unit whose peer was never reached there closes its IP to newcomer dials.
 func TestDialGateBoundsDialsNoPartCleared(t *testing.T) {
-	g := newDialGuard(2, time.Hour)
+	g := newDialGuard(3, time.Hour)
 	clock := time.Unix(1_000_000, 0)
 	g.now = func() time.Time { return clock }
 	none := func(peer.ID) bool { return false }
@@ -180,42 +181,47 @@ func TestDialGateBoundsDialsNoPartCleared(t *testing.T) {
 		ids[i] = newPeerKey(t).id
 	}
 	seen, f1, f2, f3, f4, boot, relay, cleared := ids[0], ids[1], ids[2], ids[3], ids[4], ids[5], ids[6], ids[7]
-	g.observe(seen, at("10.0.0.1", 4001))
+	g.observe(seen, at("10.0.0.1", 4001), false)
 	for i := range 10 {
 		if !g.admitDial(seen, at("10.0.0.1", 5000+i), none) {
 			t.Fatalf("dial %d of a peer at an IP it was observed at refused", i)
 		}
 	}
-	if !g.admitDial(f1, at("10.9.9.9", 1), none) || !g.admitDial(f1, at("10.9.9.9", 2), none) {
+	// Three units: two addresses of f1, one of f2.
+	if !g.admitDial(f1, at("10.9.9.9", 1), none) || !g.admitDial(f1, at("10.9.9.9", 1), none) {
 		t.Fatal("a newcomer dial within the budget refused")
 	}
-	if !g.admitDial(f2, at("10.9.9.8", 1), none) {
-		t.Fatal("a second newcomer dial within a budget of 2 refused")
+	if !g.admitDial(f1, at("10.9.9.9", 2), none) || !g.admitDial(f2, at("10.9.9.8", 1), none) {
+		t.Fatal("a second and third newcomer address within a budget of 3 refused")
 	}
-	if g.admitDial(f3, at("10.9.9.7", 1), none) {
-		t.Fatal("a third newcomer dial allowed with a budget of 2")
+	if g.admitDial(f1, at("10.9.9.9", 3), none) || g.admitDial(f3, at("10.9.9.7", 1), none) {
+		t.Fatal("a fourth newcomer address allowed with a budget of 3: one unit opened other ports")
 	}
 	if !g.admitDial(f3, at("10.9.9.7", 1), func(p peer.ID) bool { return p == f3 }) {
 		t.Fatal("a dial of a connected peer (a hole punch) refused")
 	}
 	clock = clock.Add(gateGrant + time.Millisecond)
 	if g.admitDial(f1, at("10.9.9.9", 1), none) {
-		t.Fatal("a later dial of the same newcomer allowed without a unit")
+		t.Fatal("a later dial of the same newcomer address allowed without a unit")
 	}
-	g.observe(f2, at("10.9.9.8", 1)) // f2 connected: its unit comes back
+	g.observe(f2, at("10.1.2.3", 9), false) // f2 connects in from elsewhere: no unit back
+	if g.admitDial(f3, at("10.9.9.7", 1), none) {
+		t.Fatal("a unit given back by a connection the peer opened")
+	}
+	g.observe(f2, at("10.9.9.8", 1), true) // reached where it was dialed: its unit comes back
 	if !g.admitDial(f3, at("10.9.9.7", 1), none) {
-		t.Fatal("a newcomer dial refused after another newcomer connected and gave its unit back")
+		t.Fatal("a newcomer dial refused after another newcomer was reached and gave its unit back")
 	}
-	// f1's and f3's dials never connected: their IPs close, units stay spent.
+	// f1's and f3's dials never reached them: their IPs close, units stay spent.
 	clock = clock.Add(gateSettle)
-	g.observe(f2, at("10.9.9.8", 1)) // nothing to give back twice
+	g.observe(f2, at("10.9.9.8", 1), true) // nothing to give back twice
 	for _, ip := range []string{"10.9.9.9", "10.9.9.7"} {
 		if _, closed := g.failed[netip.MustParseAddr(ip)]; !closed {
 			t.Errorf("%s not closed after a newcomer dial there never connected", ip)
 		}
 	}
 	if g.admitDial(f4, at("10.9.9.6", 1), none) {
-		t.Fatal("a newcomer dial allowed after two dials that never connected spent the budget")
+		t.Fatal("a newcomer dial allowed after dials that never reached their peers spent the budget")
 	}
 	// DialInfo's newcomer dial runs on its own budget.
 	g.clear(cleared, []ma.Multiaddr{at("10.9.9.5", 1)})
@@ -226,10 +232,14 @@ func TestDialGateBoundsDialsNoPartCleared(t *testing.T) {
 	if g.admitDial(cleared, at("10.9.9.5", 1), none) {
 		t.Fatal("an address allowed after DialInfo's dial ended, with the budget spent")
 	}
-	// The operator's bootstrap peers, at the IPs configured.
-	g.trust([]peer.AddrInfo{{ID: boot, Addrs: []ma.Multiaddr{at("10.1.1.1", 4001)}}})
-	if !g.admitDial(boot, at("10.1.1.1", 4002), none) || g.admitDial(boot, at("10.9.9.4", 1), none) {
-		t.Fatal("want a bootstrap peer dialed at its configured IP only")
+	// The operator's bootstrap peers, at the addresses configured; a name
+	// clears nothing by itself (membership trusts what it resolves to).
+	g.trust([]peer.AddrInfo{{ID: boot, Addrs: []ma.Multiaddr{at("10.1.1.1", 4001), ma.StringCast("/dns4/boot.invalid/udp/4001/quic-v1")}}})
+	if !g.admitDial(boot, at("10.1.1.1", 4001), none) {
+		t.Fatal("a bootstrap peer refused at its configured address")
+	}
+	if g.admitDial(boot, at("10.1.1.1", 4002), none) || g.admitDial(boot, at("10.9.9.4", 1), none) {
+		t.Fatal("a bootstrap peer allowed at an address not configured")
 	}
 	// Relayed: through a connected relay, or one observed at exactly
 	// the relay part; another port of the relay's IP is a newcomer.
@@ -239,7 +249,7 @@ func TestDialGateBoundsDialsNoPartCleared(t *testing.T) {
 	if !g.admitDial(f4, circuit(at("10.2.2.2", 9)), func(p peer.ID) bool { return p == relay }) {
 		t.Fatal("a relayed address through a connected relay refused")
 	}
-	g.observe(relay, at("10.2.2.2", 4001))
+	g.observe(relay, at("10.2.2.2", 4001), true)
 	if !g.admitDial(f4, circuit(at("10.2.2.2", 4001)), none) {
 		t.Fatal("a relayed address through a relay observed there refused")
 	}
@@ -256,7 +266,7 @@ func TestDialGateBoundsDialsNoPartCleared(t *testing.T) {
 		t.Fatal("a relayed address at an address the relay signed refused")
 	}
 	// A connection through a relay says where the relay is, not the peer.
-	g.observe(f4, circuit(at("10.2.2.2", 4001)))
+	g.observe(f4, circuit(at("10.2.2.2", 4001)), true)
 	if g.admitDial(f4, at("10.2.2.2", 4001), none) {
 		t.Fatal("a direct address at the relay's IP allowed for a peer seen only through the relay")
 	}

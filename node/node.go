@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 
 	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	ma "github.com/multiformats/go-multiaddr"
 	manet "github.com/multiformats/go-multiaddr/net"
@@ -167,7 +168,7 @@ func New(ctx context.Context, cfg config.NodeConfig, opts ...Option) (*Node, err
 	h.Network().Notify(nf)
 	n.parts = append(n.parts, closerFunc(func() error { h.Network().StopNotify(nf); return nil }))
 	for _, c := range h.Network().Conns() {
-		n.guard.observe(c.RemotePeer(), c.RemoteMultiaddr())
+		n.guard.observe(c.RemotePeer(), c.RemoteMultiaddr(), c.Stat().Direction == network.DirOutbound)
 	}
 	var members *Members
 	if !o.authority.IsZero() {
@@ -187,6 +188,7 @@ func New(ctx context.Context, cfg config.NodeConfig, opts ...Option) (*Node, err
 	h.SetStreamHandler(HealthProtocol(cfg.Network), n.handleHealth)
 
 	n.members = newMembership(h.Host, cfg.Network, n.table, n.records, n, bootstrap, cfg.RecordTTL, o.log)
+	n.members.trust = n.guard.trust
 	n.parts = append(n.parts, n.members)
 	if err := n.members.Start(ctx); err != nil {
 		return fail(err)

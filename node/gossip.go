@@ -3,6 +3,7 @@ package node
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -148,9 +149,18 @@ func (g *gossip) verify(from peer.ID, data []byte) (any, error) {
 	return nil, nil
 }
 
-// accept opens a signed record from the network and enters it.
-func (g *gossip) accept(data []byte, from peer.ID, src Source) (bool, error) {
-	if id, ok := envelopeSigner(data); ok && g.table.Holds(id, data) {
+// errNotAsked is a record of another peer in an answer that was to bring
+// the answering peer's own record only.
+var errNotAsked = errors.New("a record of another peer, where only the answering peer's own was asked for")
+
+// accept opens a signed record from the network and enters it; with only
+// set, a record of any other peer is refused (errNotAsked).
+func (g *gossip) accept(data []byte, from peer.ID, src Source, only peer.ID) (bool, error) {
+	id, signed := envelopeSigner(data)
+	if signed && only != "" && id != only {
+		return false, errNotAsked
+	}
+	if signed && g.table.Holds(id, data) {
 		// The record held, byte for byte: a sync mostly returns what
 		// gossip already brought, and checking each again would cost a
 		// signature check per record per sync.
@@ -160,6 +170,9 @@ func (g *gossip) accept(data []byte, from peer.ID, src Source) (bool, error) {
 	if err != nil {
 		g.table.RejectVia(src, ReasonOf(err), from, err)
 		return false, err
+	}
+	if only != "" && sd.Data.PeerID != only {
+		return false, errNotAsked
 	}
 	return g.enter(sd, from, src)
 }

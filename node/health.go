@@ -461,7 +461,7 @@ func (n *Node) exchangeNodeData(ctx context.Context, p peer.ID, req nodedataRequ
 			if i >= maxSyncRecords {
 				return fmt.Errorf("more than %d records", maxSyncRecords)
 			}
-			if n.takeSynced(b, p) {
+			if n.takeSynced(b, p, req.All) {
 				changed++
 			}
 		}

@@ -388,8 +388,13 @@ func (n *Node) sendRevocations(w io.Writer, send func([]byte) bool, sent int) (i
 }
 
 // takeSynced enters one frame of a nodedata answer: a revocation (closed
-// network) or a record. It reports whether the table changed.
-func (n *Node) takeSynced(b []byte, from peer.ID) bool {
+// network) or a record. It reports whether the table changed. An answer
+// to a request for the peer's own record (not all) brings that record
+// only: any peer can have the node ask it (a health answer naming a newer
+// record, joining the gossip topic), and its answers of 1,024 made-up
+// peers each filled the peer table in ten. Whole tables are asked of the
+// node's first two peers only (fullSyncs).
+func (n *Node) takeSynced(b []byte, from peer.ID, all bool) bool {
 	if authority.IsRevocation(b) {
 		if n.table.members == nil {
 			return false
@@ -404,6 +409,10 @@ func (n *Node) takeSynced(b []byte, from peer.ID) bool {
 		}
 		return changed
 	}
-	ok, _ := n.gossip.accept(b, from, SourceSync)
+	only := from
+	if all {
+		only = ""
+	}
+	ok, _ := n.gossip.accept(b, from, SourceSync, only)
 	return ok
 }

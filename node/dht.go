@@ -9,6 +9,7 @@ import (
 	"github.com/ipfs/go-cid"
 	dht "github.com/libp2p/go-libp2p-kad-dht"
 	dhtpb "github.com/libp2p/go-libp2p-kad-dht/pb"
+	"github.com/libp2p/go-libp2p-kad-dht/records"
 	record "github.com/libp2p/go-libp2p-record"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -22,6 +23,9 @@ import (
 
 // Timing of the DHT's upkeep.
 const (
+	// providerValidity is how long a provider record is held: three
+	// reprovides.
+	providerValidity = 3 * reprovideInterval
 	// reprovideInterval re-announces the provider records of work types.
 	reprovideInterval = time.Hour
 	// refreshInterval spaces the routing-table refreshes after the first
@@ -38,6 +42,7 @@ type dhtRecords struct {
 	dht        *dht.IpfsDHT
 	store      *dhtStore  // the records the DHT holds for others
 	sender     *dhtSender // the DHT's requests and the checks of their answers
+	providers  *dhtStore  // the provider records the DHT holds for others
 	self       peer.ID
 	network    string
 	putTimeout time.Duration
@@ -62,6 +67,7 @@ func newDHTRecords(h host.Host, cfg config.NodeConfig, bootstrap []peer.AddrInfo
 		OnReject: func(r RejectReason, err error) { table.RejectVia(SourceDHT, r, "", err) },
 	}}
 	prefix := protocol.ID("/workmesh/" + cfg.Network)
+	providers := newProviderStore()
 	var sender *dhtSender
 	d, err := dht.New(h,
 		dht.WithCustomMessageSender(func(h host.Host, protos []protocol.ID) dhtpb.MessageSenderWithDisconnect {
@@ -76,6 +82,12 @@ func newDHTRecords(h host.Host, cfg config.NodeConfig, bootstrap []peer.AddrInfo
 		// judged by its dial guard; a name would be resolved before that.
 		dht.AddressFilter(ipAddrsOnly),
 		dht.ValueDatastore(store),
+		// Provider records go to a store of their own, bounded in all and
+		// per provider: any peer may announce itself as the provider of
+		// every key it makes up, and the DHT's own store held each for
+		// 48 hours without bound. They last three reprovides here.
+		dht.ProviderDatastore(providers),
+		dht.ProviderManagerOpts(records.ProvideValidity(providerValidity)),
 		dht.BootstrapPeers(bootstrap...),
 		// The node refreshes its routing table itself (loop), a moment
 		// after joining: the refresh dials every peer it finds at once,
@@ -91,6 +103,7 @@ func newDHTRecords(h host.Host, cfg config.NodeConfig, bootstrap []peer.AddrInfo
 		dht:        d,
 		store:      store,
 		sender:     sender,
+		providers:  providers,
 		self:       h.ID(),
 		network:    cfg.Network,
 		putTimeout: min(cfg.AnnounceInterval, time.Minute),

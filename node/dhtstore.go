@@ -22,6 +22,26 @@ const (
 	dhtStoreRecords = 4096
 )
 
+// Bounds of the provider records the DHT stores for other peers
+// (newProviderStore). A provider record is stored at the 20 peers closest
+// to its key: in an honest network a node holds about 20 for each work
+// type, and a provider announces at most its work types.
+const (
+	dhtProviderRecords   = 16384
+	dhtProviderPerPeer   = 2 * maxWorkTypes
+	dhtProviderValueSize = 16 // a provider record's value: its time
+)
+
+// newProviderStore returns the DHT's provider store: bounded in records,
+// and in records of one provider (a provider record's key ends in its
+// provider).
+func newProviderStore() *dhtStore {
+	s := newDHTStore("", providerValidity, dhtProviderRecords*dhtProviderValueSize, dhtProviderRecords)
+	s.owner = func(k ds.Key) string { return k.BaseNamespace() }
+	s.maxPerOwner = dhtProviderPerPeer
+	return s
+}
+
 // errDHTStoreFull refuses a DHT put that the bounds of the store leave no
 // room for.
 var errDHTStoreFull = errors.New("dht record store full")
@@ -43,9 +63,18 @@ type dhtStore struct {
 	maxKeys  int
 	now      func() time.Time
 
-	mu    sync.Mutex
-	held  map[ds.Key]heldRecord
-	bytes int
+	// owner, when set, names who a key's record belongs to (a provider
+	// record's provider), and maxPerOwner bounds the records of one owner.
+	owner       func(ds.Key) string
+	maxPerOwner int
+
+	mu     sync.Mutex
+	held   map[ds.Key]heldRecord
+	bytes  int
+	owners map[string]int
+	// dropAt is when the first held record passes its age: before then a
+	// full store has nothing to drop, and a put is refused without a scan.
+	dropAt time.Time
 }
 
 type heldRecord struct {
@@ -57,7 +86,7 @@ func newDHTStore(own string, maxAge time.Duration, maxBytes, maxKeys int) *dhtSt
 	return &dhtStore{
 		Batching: dssync.MutexWrap(ds.NewMapDatastore()),
 		own:      own, maxAge: maxAge, maxBytes: maxBytes, maxKeys: maxKeys, now: time.Now,
-		held: make(map[ds.Key]heldRecord),
+		held: make(map[ds.Key]heldRecord), owners: make(map[string]int),
 	}
 }
 
@@ -67,6 +96,13 @@ func (s *dhtStore) Put(ctx context.Context, key ds.Key, value []byte) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	old, had := s.held[key]
+	owner := ""
+	if s.owner != nil {
+		owner = s.owner(key)
+		if !had && s.owners[owner] >= s.maxPerOwner {
+			return fmt.Errorf("%w: %d records of %s (at most %d)", errDHTStoreFull, s.owners[owner], owner, s.maxPerOwner)
+		}
+	}
 	fits := func() bool {
 		keys := len(s.held)
 		if !had {
@@ -85,7 +121,22 @@ func (s *dhtStore) Put(ctx context.Context, key ds.Key, value []byte) error {
 	}
 	s.bytes += len(value) - old.size
 	s.held[key] = heldRecord{size: len(value), at: s.now()}
+	if s.owner != nil && !had {
+		s.owners[owner]++
+	}
 	return nil
+}
+
+// forgetLocked takes a deleted key's record out of the counts.
+func (s *dhtStore) forgetLocked(k ds.Key, h heldRecord) {
+	s.bytes -= h.size
+	delete(s.held, k)
+	if s.owner != nil {
+		o := s.owner(k)
+		if s.owners[o]--; s.owners[o] <= 0 {
+			delete(s.owners, o)
+		}
+	}
 }
 
 // isOwn reports whether value, a stored DHT record (its protobuf: the
@@ -110,17 +161,27 @@ func (s *dhtStore) isOwn(value []byte) bool {
 }
 
 // dropOldLocked deletes the records, but keep's, stored longer ago than
-// the records' maximum age: expired, they only take room.
+// the records' maximum age: expired, they only take room. It scans only
+// once the first held record can have passed its age (dropAt): a peer
+// putting into a full store costs no scan of it per put.
 func (s *dhtStore) dropOldLocked(ctx context.Context, keep ds.Key) {
 	now := s.now()
+	if now.Before(s.dropAt) {
+		return
+	}
+	first := now
 	for k, h := range s.held {
 		if k != keep && now.Sub(h.at) > s.maxAge {
 			if s.Batching.Delete(ctx, k) == nil {
-				s.bytes -= h.size
-				delete(s.held, k)
+				s.forgetLocked(k, h)
+				continue
 			}
 		}
+		if h.at.Before(first) {
+			first = h.at
+		}
 	}
+	s.dropAt = first.Add(s.maxAge)
 }
 
 // Delete removes key and gives its room back.
@@ -131,14 +192,54 @@ func (s *dhtStore) Delete(ctx context.Context, key ds.Key) error {
 		return err
 	}
 	if h, ok := s.held[key]; ok {
-		s.bytes -= h.size
-		delete(s.held, key)
+		s.forgetLocked(key, h)
 	}
 	return nil
 }
 
 // Batch applies a batch's puts and deletes through Put and Delete, so that
-// they keep to the bounds too.
+// they keep to the bounds too. A put the bounds refuse is dropped, not the
+// batch's error: the DHT's provider manager writes records in batches and
+// keeps a failed batch to write again, so one provider over its bound
+// would hold back (and at last drop) the records of every other provider
+// in the batch.
 func (s *dhtStore) Batch(context.Context) (ds.Batch, error) {
-	return ds.NewBasicBatch(s), nil
+	return &boundedBatch{s: s}, nil
+}
+
+type boundedBatch struct {
+	s   *dhtStore
+	ops []batchOp
+}
+
+type batchOp struct {
+	key    ds.Key
+	value  []byte
+	delete bool
+}
+
+func (b *boundedBatch) Put(_ context.Context, key ds.Key, value []byte) error {
+	b.ops = append(b.ops, batchOp{key: key, value: value})
+	return nil
+}
+
+func (b *boundedBatch) Delete(_ context.Context, key ds.Key) error {
+	b.ops = append(b.ops, batchOp{key: key, delete: true})
+	return nil
+}
+
+func (b *boundedBatch) Commit(ctx context.Context) error {
+	for _, op := range b.ops {
+		var err error
+		if op.delete {
+			err = b.s.Delete(ctx, op.key)
+		} else {
+			err = b.s.Put(ctx, op.key, op.value)
+		}
+		if err != nil && !errors.Is(err, errDHTStoreFull) {
+			return err
+		}
+	}
+	b.ops = nil
+	return nil
 }

@@ -139,9 +139,9 @@ func (g *dialGuard) admitDial(id peer.ID, a ma.Multiaddr, connected func(peer.ID
 	return true
 }
 
-// clear clears the IPs of addrs for id's newcomer dial that DialInfo runs
-// within its own budget, until revoke, so that the gate does not take a
-// second unit for it.
+// clear clears addrs for id's newcomer dial that DialInfo runs within its
+// own budget, until revoke, so that the gate does not take a second unit
+// for it.
 func (g *dialGuard) clear(id peer.ID, addrs []ma.Multiaddr) {
 	g.mu.Lock()
 	defer g.mu.Unlock()

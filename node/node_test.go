@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -15,6 +16,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/workmesh/workmesh/config"
+	"github.com/workmesh/workmesh/tests/testkit"
 )
 
 // testConfig is a node config on loopback with a random port and no API.
@@ -168,11 +170,18 @@ func TestNodeDataSyncHandsOverTable(t *testing.T) {
 	if _, err := b.fetchNodeData(ctx, a.ID(), true); err != nil {
 		t.Fatal(err)
 	}
-	for _, id := range []peer.ID{a.ID(), c.id} {
-		if _, ok := b.Peers().Get(id); !ok {
-			t.Errorf("B did not learn %s from A", id)
+	// A sends its whole table to B once per record-ttl: B's own sync of
+	// its first peers (membership) may have asked first, and may still be
+	// taking the answer in when this one, which then carries A's record
+	// only, returns.
+	testkit.WaitFor(t, 5*time.Second, "B learns A and C from A", func() error {
+		for _, id := range []peer.ID{a.ID(), c.id} {
+			if _, ok := b.Peers().Get(id); !ok {
+				return fmt.Errorf("B did not learn %s from A", id)
+			}
 		}
-	}
+		return nil
+	})
 }
 
 func TestAPI(t *testing.T) {

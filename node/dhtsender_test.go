@@ -13,7 +13,6 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
 	"github.com/libp2p/go-msgio"
-	ma "github.com/multiformats/go-multiaddr"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/workmesh/workmesh/tests/testkit"
@@ -32,11 +31,7 @@ func TestDHTSurvivesAnswersWithoutTheRecord(t *testing.T) {
 	b := startTestNode(t, testConfig(t))
 	connect(t, a, b)
 	p := newPeerKey(t)
-	h, err := newHost(p.key, testNetwork, "test", []ma.Multiaddr{ma.StringCast("/ip4/127.0.0.1/udp/0/quic-v1")}, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { h.Close() })
+	h := bareHost(t, p)
 	var puts atomic.Int64
 	h.SetStreamHandler(protocol.ID("/workmesh/"+testNetwork+"/kad/1.0.0"), func(s network.Stream) {
 		defer s.Close()

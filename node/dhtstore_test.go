@@ -16,7 +16,6 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
 	"github.com/libp2p/go-msgio"
-	ma "github.com/multiformats/go-multiaddr"
 	mh "github.com/multiformats/go-multihash"
 	"google.golang.org/protobuf/proto"
 
@@ -148,13 +147,9 @@ func TestDHTProvidersFromOnePeerKeepToTheirBound(t *testing.T) {
 	defer cancel()
 	announce := func(n int) peer.ID {
 		p := newPeerKey(t)
-		h, err := newHost(p.key, testNetwork, "test", []ma.Multiaddr{ma.StringCast("/ip4/127.0.0.1/udp/0/quic-v1")}, false)
-		if err != nil {
-			t.Fatal(err)
-		}
-		// Open until the test ends: the node reads the announcements
-		// after they were sent.
-		t.Cleanup(func() { h.Close() })
+		// Open until the test ends (bareHost): the node reads the
+		// announcements after they were sent.
+		h := bareHost(t, p)
 		if err := h.Connect(ctx, peer.AddrInfo{ID: a.ID(), Addrs: a.Host().Addrs()}); err != nil {
 			t.Fatal(err)
 		}

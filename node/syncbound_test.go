@@ -7,7 +7,6 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
-	ma "github.com/multiformats/go-multiaddr"
 )
 
 // TestSyncOfAPeersOwnRecordTakesThatRecordOnly: any peer can have the node
@@ -18,11 +17,7 @@ import (
 func TestSyncOfAPeersOwnRecordTakesThatRecordOnly(t *testing.T) {
 	a := startTestNode(t, testConfig(t))
 	p := newPeerKey(t)
-	h, err := newHost(p.key, testNetwork, "test", []ma.Multiaddr{ma.StringCast("/ip4/127.0.0.1/udp/0/quic-v1")}, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { h.Close() })
+	h := bareHost(t, p)
 	own := p.record(t, 1)
 	var fakes [][]byte
 	for range 100 {

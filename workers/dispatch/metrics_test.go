@@ -29,7 +29,8 @@ import (
 
 // TestDispatchMetricsCountsARequest feeds finished requests to the
 // counters: attempts by outcome and peer, a hedge that won and one that
-// lost, a local fallback, a beyond-head short-circuit.
+// lost, a local fallback, a beyond-head short-circuit, and a local busy
+// refusal, which is no fallback.
 func TestDispatchMetricsCountsARequest(t *testing.T) {
 	m := newDispatchMetrics()
 	m.request("sha256", WorkResult{
@@ -49,6 +50,9 @@ func TestDispatchMetricsCountsARequest(t *testing.T) {
 	}, false)
 	m.request("chain", WorkResult{Status: apiv1.StatusEmpty, Worker: "peerA",
 		Attempts: []apiv1.Attempt{{Peer: "peerA", Outcome: workers.Empty}}}, true)
+	// The local worker refused as busy: it ran nothing, so no fallback.
+	m.request("sleep", WorkResult{Status: apiv1.StatusUnavailable,
+		Attempts: []apiv1.Attempt{{Peer: "peerA", Outcome: workers.Busy}, {Peer: LocalWorker, Outcome: workers.Busy}}}, false)
 
 	mfs := gather(t, m.requests, m.duration, m.attempts, m.hedgesFired, m.hedgesWon, m.fallbacks, m.beyondHead)
 	for _, c := range []struct {
@@ -77,6 +81,12 @@ func TestDispatchMetricsCountsARequest(t *testing.T) {
 	}
 	if _, ok := testkit.MetricValue(mfs, "workmesh_fallbacks_total", map[string]string{"work_type": "chain"}); ok {
 		t.Error("a fallback count for a request no local worker ran")
+	}
+	if _, ok := testkit.MetricValue(mfs, "workmesh_fallbacks_total", map[string]string{"work_type": "sleep"}); ok {
+		t.Error("a fallback count for a request the local worker refused as busy")
+	}
+	if got, _ := testkit.MetricValue(mfs, "workmesh_attempts_total", map[string]string{"outcome": "busy", "peer": LocalWorker}); got != 1 {
+		t.Errorf("local busy refusals counted %v, want 1", got)
 	}
 }
 

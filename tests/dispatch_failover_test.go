@@ -8,6 +8,7 @@ import (
 
 	"github.com/workmesh/workmesh/config"
 	"github.com/workmesh/workmesh/node/apiv1"
+	"github.com/workmesh/workmesh/tests/testkit"
 	"github.com/workmesh/workmesh/workers"
 	"github.com/workmesh/workmesh/workers/dispatch"
 )
@@ -226,5 +227,17 @@ func TestDispatch_AdmissionRoundsDoNotRunWorkAgainOnAWorkerThatRanIt(t *testing.
 	if res.Status != apiv1.StatusOK || name(res.Worker) != "b" || hits.get("a") != 1 || hits.get("b") != 4 || res.BusyRefusals == 0 {
 		t.Fatalf("want ok by b after waiting, a run once and b four times: %s; runs a %d, b %d; busy refusals %d",
 			describe(res, name), hits.get("a"), hits.get("b"), res.BusyRefusals)
+	}
+	// The busy answers of the earlier rounds, which the result's attempts
+	// leave out, count in workmesh_attempts_total all the same.
+	busy := float64(res.BusyRefusals)
+	for _, at := range res.Attempts {
+		if at.Outcome == workers.Busy {
+			busy++
+		}
+	}
+	mfs := testkit.Gather(t, gw.disp.Collector())
+	if got, _ := testkit.MetricValue(mfs, "workmesh_attempts_total", map[string]string{"outcome": "busy", "peer": b.node.ID().String()}); got != busy {
+		t.Errorf("workmesh_attempts_total{outcome=busy} of b = %v, want %v (%d busy refusals of earlier rounds)", got, busy, res.BusyRefusals)
 	}
 }

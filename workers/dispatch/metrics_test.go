@@ -386,3 +386,20 @@ func TestDispatch_UnreachableByAttemptsIsLogged(t *testing.T) {
 		t.Fatalf("%d info lines say the peer turned unreachable, want 1; logged: %d entries", lines, len(hook.AllEntries()))
 	}
 }
+
+// TestDispatchDoesNotCountAVerifyRefusedAsInvalid: a verified request the
+// dispatcher refuses as asked wrongly (verify of a type that is not
+// deterministic) is the API's to count, as a bad request; counted here
+// too, it was counted twice.
+func TestDispatchDoesNotCountAVerifyRefusedAsInvalid(t *testing.T) {
+	d := testDispatcher(t, config.Defaults())
+	res := d.Dispatch(context.Background(), WorkRequest{Type: "write", Payload: []byte("x"), Timeout: time.Second,
+		Verify: config.Verify{Replicas: 3, Agree: 2}})
+	if !res.Invalid {
+		t.Fatalf("verify of a type that is not deterministic: %+v, want it refused as invalid", res)
+	}
+	mfs := testkit.Gather(t, d.Collector())
+	if got, ok := testkit.MetricValue(mfs, "workmesh_requests_total", map[string]string{"work_type": "write"}); ok {
+		t.Errorf("the dispatcher counted the invalid request (%v); the API counts it", got)
+	}
+}

@@ -165,7 +165,7 @@ func (ps *dhtStream) roundTrip(ctx context.Context, msg []byte, answer bool) (*d
 		defer close(ended)
 		_ = s.Reset()
 	})
-	resp, err := ps.exchange(s, msg, answer)
+	resp, err := ps.send(s, msg, answer)
 	if !stop() {
 		<-ended // the reset ran, or is running: wait for it
 		return nil, ctx.Err()
@@ -173,9 +173,9 @@ func (ps *dhtStream) roundTrip(ctx context.Context, msg []byte, answer bool) (*d
 	return resp, err
 }
 
-// exchange writes msg on s and, with answer, reads one answer, both within
+// send writes msg on s and, with answer, reads one answer, both within
 // dhtReadTimeout.
-func (ps *dhtStream) exchange(s network.Stream, msg []byte, answer bool) (*dhtpb.Message, error) {
+func (ps *dhtStream) send(s network.Stream, msg []byte, answer bool) (*dhtpb.Message, error) {
 	_ = s.SetDeadline(time.Now().Add(dhtReadTimeout))
 	defer s.SetDeadline(time.Time{})
 	if err := msgio.NewVarintWriter(s).WriteMsg(msg); err != nil {

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"context"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -9,6 +10,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/peerstore"
 	ma "github.com/multiformats/go-multiaddr"
+	madns "github.com/multiformats/go-multiaddr-dns"
 )
 
 // The dial gate: the dial guard's judgement applied to every dial the host
@@ -74,6 +76,27 @@ func (g *dialGuard) trust(peers []peer.AddrInfo) {
 				g.trusted[ai.ID] = append(g.trusted[ai.ID], ap)
 			}
 		}
+	}
+}
+
+// trustNames resolves the names among a bootstrap peer's configured
+// addresses and clears the addresses they resolve to now, as trust cleared
+// the configured IP addresses at start (membership calls it before each
+// dial of a bootstrap peer): the host resolves a name before the gate sees
+// the address, and trusting any address of a peer configured by a name
+// would let a DHT answer naming that peer aim the node's dials anywhere.
+func (g *dialGuard) trustNames(ctx context.Context, ai peer.AddrInfo) {
+	var resolved []ma.Multiaddr
+	for _, a := range ai.Addrs {
+		if _, ok := addrIP(a); ok || !madns.Matches(a) {
+			continue
+		}
+		if rs, err := madns.DefaultResolver.Resolve(ctx, a); err == nil {
+			resolved = append(resolved, rs...)
+		} // else the dial fails on the same name, and says so
+	}
+	if len(resolved) > 0 {
+		g.trust([]peer.AddrInfo{{ID: ai.ID, Addrs: resolved}})
 	}
 }
 

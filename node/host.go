@@ -5,11 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"slices"
 	"time"
 
-	"github.com/libp2p/go-libp2p"
 	libp2pconfig "github.com/libp2p/go-libp2p/config"
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/host"
@@ -24,7 +22,6 @@ import (
 	"github.com/libp2p/go-libp2p/p2p/host/eventbus"
 	"github.com/libp2p/go-libp2p/p2p/host/observedaddrs"
 	"github.com/libp2p/go-libp2p/p2p/host/peerstore/pstoremem"
-	rcmgr "github.com/libp2p/go-libp2p/p2p/host/resource-manager"
 	"github.com/libp2p/go-libp2p/p2p/muxer/yamux"
 	"github.com/libp2p/go-libp2p/p2p/net/connmgr"
 	"github.com/libp2p/go-libp2p/p2p/net/swarm"
@@ -44,45 +41,6 @@ import (
 	"github.com/workmesh/workmesh/config"
 )
 
-// Resource-manager service names of workmesh's own protocols.
-const (
-	healthService   = "workmesh.health"
-	nodedataService = "workmesh.nodedata"
-)
-
-// Stream limits of workmesh's own protocols. Health pings are frequent and
-// tiny; a nodedata sync moves up to a whole table, so few run at once. The
-// limits of the whole protocol are many times one peer's, and a request
-// must arrive within requestReadTimeout: peers that open streams and send
-// nothing hold at most their own share, for a second at a time, and cannot
-// take every slot from the dispatchers polling the node (32 identities
-// holding 8 streams each did, with 256 for the protocol).
-var (
-	healthLimit       = rcmgr.BaseLimit{StreamsInbound: 1024, StreamsOutbound: 1024, Streams: 2048, Memory: 16 << 20}
-	healthPeerLimit   = rcmgr.BaseLimit{StreamsInbound: 4, StreamsOutbound: 8, Streams: 12, Memory: 1 << 20}
-	nodedataLimit     = rcmgr.BaseLimit{StreamsInbound: 128, StreamsOutbound: 32, Streams: 160, Memory: 64 << 20}
-	nodedataPeerLimit = rcmgr.BaseLimit{StreamsInbound: 2, StreamsOutbound: 2, Streams: 4, Memory: 4 << 20}
-	// A dispatcher keeps up to 32 idle work streams to a worker beside
-	// those its requests use, and a burst puts a request on each of
-	// hundreds at once: libp2p's default of 64 inbound streams per peer
-	// and protocol (plus 4 per GiB of memory) refused streams of a burst
-	// of 256 at two workers. The worker's own limits (its pool, the
-	// per-peer limiter, local-reserve) bound the work; an idle stream
-	// costs no memory of the scope.
-	workPeerLimit = rcmgr.BaseLimit{StreamsInbound: 1024, StreamsOutbound: 1024, Streams: 2048, Memory: 64 << 20}
-)
-
-// WorkProtocol is the ID of the work protocol of network
-// (/workmesh/<network>/work/1.0.0, the ID workers/protocol serves), for the
-// host's stream limits.
-func WorkProtocol(network string) protocol.ID {
-	return protocol.ID("/workmesh/" + network + "/work/1.0.0")
-}
-
-// newResourceManager returns libp2p's default limits plus explicit ones for
-// the health and nodedata protocols. Its metrics are off: with them on, the
-// resource manager's stats reporter formats timestamps on every scope
-// change, a measured 16-19% of CPU under load.
 // ConnLowWater and ConnHighWater are the connection manager's bounds: past
 // the high water mark it closes the least useful connections (the peers
 // it was told to protect kept) until the low water mark is reached.
@@ -90,45 +48,6 @@ const (
 	ConnLowWater  = 160
 	ConnHighWater = 192
 )
-
-func newResourceManager(netName string) (network.ResourceManager, error) {
-	limits := rcmgr.DefaultLimits
-	// DefaultLimits is a package variable whose maps the Add* methods
-	// write into; clone them so that nodes built concurrently in one
-	// process never share (and race on) them.
-	limits.ServiceLimits = maps.Clone(limits.ServiceLimits)
-	limits.ServicePeerLimits = maps.Clone(limits.ServicePeerLimits)
-	limits.ProtocolLimits = maps.Clone(limits.ProtocolLimits)
-	limits.ProtocolPeerLimits = maps.Clone(limits.ProtocolPeerLimits)
-	limits.PeerLimits = maps.Clone(limits.PeerLimits)
-	libp2p.SetDefaultServiceLimits(&limits)
-
-	for _, l := range []struct {
-		svc        string
-		proto      protocol.ID
-		all, perPr rcmgr.BaseLimit
-	}{
-		{healthService, HealthProtocol(netName), healthLimit, healthPeerLimit},
-		{nodedataService, NodeDataProtocol(netName), nodedataLimit, nodedataPeerLimit},
-	} {
-		limits.AddServiceLimit(l.svc, l.all, rcmgr.BaseLimitIncrease{})
-		limits.AddServicePeerLimit(l.svc, l.perPr, rcmgr.BaseLimitIncrease{})
-		limits.AddProtocolLimit(l.proto, l.all, rcmgr.BaseLimitIncrease{})
-		limits.AddProtocolPeerLimit(l.proto, l.perPr, rcmgr.BaseLimitIncrease{})
-	}
-	limits.AddProtocolPeerLimit(WorkProtocol(netName), workPeerLimit, rcmgr.BaseLimitIncrease{})
-	rm, err := rcmgr.NewResourceManager(rcmgr.NewFixedLimiter(limits.AutoScale()), rcmgr.WithMetricsDisabled(),
-		rcmgr.WithConnRateLimiters(unlimitedConnRate()))
-	if err != nil {
-		return nil, fmt.Errorf("resource manager: %w", err)
-	}
-	cl, err := newConnLimits(rm)
-	if err != nil {
-		rm.Close()
-		return nil, fmt.Errorf("resource manager: %w", err)
-	}
-	return cl, nil
-}
 
 // newHost builds a plain libp2p host, without the NAT services (AutoNAT,
 // relays, hole punching): for tests that need a bare host.

@@ -22,7 +22,6 @@ import (
 	"github.com/libp2p/go-libp2p/p2p/net/swarm"
 	"github.com/libp2p/go-libp2p/p2p/protocol/identify"
 	ma "github.com/multiformats/go-multiaddr"
-	madns "github.com/multiformats/go-multiaddr-dns"
 	"github.com/sirupsen/logrus"
 )
 
@@ -88,9 +87,10 @@ type membership struct {
 	ex        recordExchange
 	bootstrap []peer.AddrInfo
 	ttl       time.Duration
-	// trust clears addresses of the bootstrap peers with the dial guard
-	// (nil: no guard): those a configured name resolves to (trustNames).
-	trust func([]peer.AddrInfo)
+	// trustNames has the dial guard clear the addresses a bootstrap
+	// peer's configured names resolve to now (dialGuard.trustNames); nil:
+	// no guard.
+	trustNames func(context.Context, peer.AddrInfo)
 
 	// ctx is the one given to Start; onPeerJoin publishes within it.
 	ctx context.Context
@@ -106,33 +106,6 @@ func newMembership(h host.Host, network string, table *PeerTable, rec *recordPub
 	return &membership{
 		log: log, network: network, host: h, table: table, rec: rec, ex: ex, bootstrap: bootstrap, ttl: ttl,
 		syncQ: make(chan syncRequest, 256),
-	}
-}
-
-// trustNames resolves the names among a bootstrap peer's configured
-// addresses and has the dial guard clear the addresses they resolve to now,
-// as it cleared the configured IP addresses at start: the host resolves a
-// name before its gate sees the address, and trusting any address of a
-// peer configured by a name would let a DHT answer naming that peer aim
-// the node's dials anywhere.
-func (m *membership) trustNames(ctx context.Context, ai peer.AddrInfo) {
-	if m.trust == nil {
-		return
-	}
-	var resolved []ma.Multiaddr
-	for _, a := range ai.Addrs {
-		if _, ok := addrIP(a); ok || !madns.Matches(a) {
-			continue
-		}
-		rs, err := madns.DefaultResolver.Resolve(ctx, a)
-		if err != nil {
-			m.log.WithField("peer", ai.ID.String()).Debugf("bootstrap: resolve %s: %v", a, err)
-			continue
-		}
-		resolved = append(resolved, rs...)
-	}
-	if len(resolved) > 0 {
-		m.trust([]peer.AddrInfo{{ID: ai.ID, Addrs: resolved}})
 	}
 }
 
@@ -315,7 +288,9 @@ func (m *membership) bootstrapLoop(ctx context.Context, joined func()) {
 func (m *membership) reachBootstrap(ctx context.Context, ai peer.AddrInfo, dialTimeout time.Duration, early bool) error {
 	ctx, cancel := context.WithTimeout(network.WithForceDirectDial(ctx, "bootstrap"), bootstrapTimeout)
 	defer cancel()
-	m.trustNames(ctx, ai)
+	if m.trustNames != nil {
+		m.trustNames(ctx, ai)
+	}
 	dctx, dcancel := context.WithTimeout(ctx, dialTimeout)
 	defer dcancel()
 	var err error

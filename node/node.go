@@ -188,7 +188,7 @@ func New(ctx context.Context, cfg config.NodeConfig, opts ...Option) (*Node, err
 	h.SetStreamHandler(HealthProtocol(cfg.Network), n.handleHealth)
 
 	n.members = newMembership(h.Host, cfg.Network, n.table, n.records, n, bootstrap, cfg.RecordTTL, o.log)
-	n.members.trust = n.guard.trust
+	n.members.trustNames = n.guard.trustNames
 	n.parts = append(n.parts, n.members)
 	if err := n.members.Start(ctx); err != nil {
 		return fail(err)

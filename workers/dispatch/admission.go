@@ -94,7 +94,7 @@ func (d *Dispatcher) place(ctx context.Context, req WorkRequest, sreq selection.
 		for _, a := range res.Attempts {
 			if a.Outcome == workers.Busy {
 				refusals++
-				d.metrics.attempts.WithLabelValues(a.Outcome.String(), d.metrics.attemptLabel(a.Peer)).Inc() // the result will not list it
+				d.metrics.attempt(a.Outcome, a.Peer).Inc() // the result will not list it
 				if req.claims != nil {
 					// A verified request's replica: the worker cast no
 					// vote, so the next round may ask it again.

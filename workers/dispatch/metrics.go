@@ -46,7 +46,16 @@ type dispatchMetrics struct {
 	// time.Duration, by raw peer ID), apart from lastP so that the request
 	// path reads it without taking mu.
 	rtts sync.Map
+	// The series a request counts in, kept so that a request costs no
+	// label hashing and no lock: requests by seriesKey{work type,
+	// status}, durations by work type, attempts by seriesKey{outcome,
+	// peer} for the peers labelled (and the local worker). An attempt
+	// series is kept under mu, and retain drops it with its label.
+	reqSeries, durSeries, attSeries sync.Map
 }
+
+// seriesKey is the two label values of a kept series.
+type seriesKey struct{ a, b string }
 
 // pollSample is the last health poll of one peer.
 type pollSample struct {
@@ -123,6 +132,30 @@ func (m *dispatchMetrics) attemptLabel(peer string) string {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	return m.attemptLabelLocked(peer)
+}
+
+// attempt is the series an attempt of peer with outcome o counts in.
+func (m *dispatchMetrics) attempt(o selection.Outcome, peer string) prometheus.Counter {
+	k := seriesKey{o.String(), peer}
+	if c, ok := m.attSeries.Load(k); ok {
+		return c.(prometheus.Counter)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	label := peer
+	if peer != LocalWorker {
+		label = m.attemptLabelLocked(peer)
+	}
+	c := m.attempts.WithLabelValues(k.a, label)
+	if label == peer {
+		// Not "other": the peers it holds come and go unbounded.
+		m.attSeries.Store(k, c)
+	}
+	return c
+}
+
+func (m *dispatchMetrics) attemptLabelLocked(peer string) string {
 	if m.labelled[peer] {
 		return peer
 	}
@@ -197,6 +230,12 @@ func (m *dispatchMetrics) retain(keep map[string]bool) {
 		if pid, err := peer.Decode(id); err != nil || !keep[string(pid)] {
 			delete(m.labelled, id)
 			m.attempts.DeletePartialMatch(prometheus.Labels{"peer": id})
+			m.attSeries.Range(func(k, _ any) bool {
+				if k.(seriesKey).b == id {
+					m.attSeries.Delete(k)
+				}
+				return true
+			})
 		}
 	}
 }
@@ -205,11 +244,20 @@ func (m *dispatchMetrics) retain(keep map[string]bool) {
 // hedges, a fallback, a beyond-head short-circuit. workType is the label
 // to count it under.
 func (m *dispatchMetrics) request(workType string, res WorkResult, beyondHead bool) {
-	m.requests.WithLabelValues(workType, string(res.Status)).Inc()
-	m.duration.WithLabelValues(workType).Observe(res.Duration.Seconds())
+	k := seriesKey{workType, string(res.Status)}
+	c, ok := m.reqSeries.Load(k)
+	if !ok {
+		c, _ = m.reqSeries.LoadOrStore(k, m.requests.WithLabelValues(k.a, k.b))
+	}
+	c.(prometheus.Counter).Inc()
+	o, ok := m.durSeries.Load(workType)
+	if !ok {
+		o, _ = m.durSeries.LoadOrStore(workType, m.duration.WithLabelValues(workType))
+	}
+	o.(prometheus.Observer).Observe(res.Duration.Seconds())
 	local := false
 	for _, a := range res.Attempts {
-		m.attempts.WithLabelValues(a.Outcome.String(), m.attemptLabel(a.Peer)).Inc()
+		m.attempt(a.Outcome, a.Peer).Inc()
 		if a.Peer == LocalWorker && a.Outcome != workers.Busy {
 			local = true // the local worker ran it (a busy refusal ran nothing)
 		}

@@ -90,6 +90,61 @@ func TestDispatchMetricsCountsARequest(t *testing.T) {
 	}
 }
 
+// TestAttemptSeriesFollowTheirLabels: the attempt series a request path
+// keeps (dispatchMetrics.attempt) are the ones /metrics shows as peers come
+// and go. A peer beyond the labelled ones counts under "other" until one
+// leaves; then it takes the freed label, and a peer that left and came
+// back, with no label free, counts under "other", not in a series the
+// scrape no longer shows.
+func TestAttemptSeriesFollowTheirLabels(t *testing.T) {
+	m := newDispatchMetrics()
+	ids := make([]string, maxPeerLabels+1)
+	keep := map[string]bool{}
+	for i := range ids {
+		key, _, err := crypto.GenerateEd25519Key(nil)
+		workertest.Must(t, err)
+		id, err := peer.IDFromPrivateKey(key)
+		workertest.Must(t, err)
+		ids[i], keep[string(id)] = id.String(), true
+	}
+	attempt := func(id string) {
+		m.request("echo", WorkResult{Status: apiv1.StatusOK, Worker: id,
+			Attempts: []apiv1.Attempt{{Peer: id, Outcome: workers.Success}}}, false)
+	}
+	count := func(label string) float64 {
+		v, _ := testkit.MetricValue(gather(t, m.attempts), "workmesh_attempts_total", map[string]string{"outcome": "success", "peer": label})
+		return v
+	}
+	for _, id := range ids {
+		attempt(id)
+		attempt(id)
+	}
+	first, last := ids[0], ids[maxPeerLabels]
+	if got := count(first); got != 2 {
+		t.Fatalf("labelled peer counted %v, want 2", got)
+	}
+	if got := count(otherPeers); got != 2 {
+		t.Fatalf("the peer beyond %d labels counted %v under %q, want 2", maxPeerLabels, got, otherPeers)
+	}
+	// The first peer leaves: its series goes, and its label is free.
+	pid, err := peer.Decode(first)
+	workertest.Must(t, err)
+	delete(keep, string(pid))
+	m.retain(keep)
+	attempt(last)
+	if got := count(last); got != 1 {
+		t.Errorf("after a label was freed, the unlabelled peer's attempt counted %v under its own label, want 1", got)
+	}
+	// The first peer is back; no label is free.
+	attempt(first)
+	if got := count(otherPeers); got != 3 {
+		t.Errorf("a returning peer with no label free: %q counted %v, want 3", otherPeers, got)
+	}
+	if got := count(first); got != 0 {
+		t.Errorf("a returning peer with no label free counted %v under its old label, want none", got)
+	}
+}
+
 // fakePeer is a peer entered in a dispatcher's peer table by a signed
 // record; it does not exist on the network.
 type fakePeer struct {

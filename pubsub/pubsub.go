@@ -297,7 +297,11 @@ func New(ctx context.Context, h host.Host, network string, verify Verifier, deli
 		// crowd honest announcements out of it. Up to twice the rate
 		// reaches the verifier, which rejects what is beyond the rate
 		// itself, and that is what sinks the peer's score.
-		lpubsub.WithAppSpecificRpcInspector(inspectors(NewPeerBuckets(2*o.peerRate, 2*o.peerBurst).inspect(&a.shed), a.waiting.inspect(name))),
+		//
+		// An RPC whose decoded control part is larger than gossipsub's
+		// bound is dropped whole (inspectControl).
+		lpubsub.WithAppSpecificRpcInspector(inspectors(inspectControl(lpubsub.DefaultMaxControlMessageSize),
+			NewPeerBuckets(2*o.peerRate, 2*o.peerBurst).inspect(&a.shed), a.waiting.inspect(name))),
 		// Only the network's topic (and WithTopics') are tracked, and a
 		// peer that subscribes to one gets its send queue at once
 		// (earlyQueues).

@@ -20,6 +20,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/protocol"
 	"github.com/libp2p/go-libp2p/p2p/protocol/identify"
 	"github.com/sirupsen/logrus"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/workmesh/workmesh/tests/testkit"
@@ -594,5 +595,53 @@ func writeRPC(t *testing.T, w io.Writer, rpc *pb.RPC) {
 	}
 	if _, err := w.Write(append(binary.AppendUvarint(nil, uint64(len(b))), b...)); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestControlBeyondTheBoundIsRefused: gossipsub bounds an RPC's control
+// part (512 KiB) on its raw bytes before decoding it, reading a publish
+// field as length-delimited. An RPC that encodes a publish field as a
+// varint passes that check with a control part of 600 KB, which the decoder
+// takes whole: inspectControl refuses it, and passes an RPC of normal size.
+func TestControlBeyondTheBoundIsRefused(t *testing.T) {
+	const limit = lpubsub.DefaultMaxControlMessageSize
+	ids := make([]string, 6000)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("%0100d", i)
+	}
+	control, err := proto.Marshal(&pb.ControlMessage{Iwant: []*pb.ControlIWant{{MessageIDs: ids}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, err := proto.Marshal(&pb.Message{Data: make([]byte, len(control)-limit/2), Topic: proto.String("t")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	field := func(num protowire.Number, b []byte) []byte {
+		return protowire.AppendBytes(protowire.AppendTag(nil, num, protowire.BytesType), b)
+	}
+	rest := append(field(3, control), field(2, msg)...)
+	// Field 2 (publish) as a varint whose value, read as a length, spans
+	// the control field and the publish field after it: the raw check
+	// takes the message data in that span for payload and subtracts it.
+	raw := protowire.AppendVarint(protowire.AppendTag(nil, 2, protowire.VarintType), uint64(len(rest)))
+	raw = append(raw, rest...)
+	if err := pb.ValidateRawRPCControlMessageSize(raw, limit); err != nil {
+		t.Fatalf("the crafted RPC does not pass gossipsub's raw check: %v", err)
+	}
+	rpc := &lpubsub.RPC{}
+	if err := proto.Unmarshal(raw, &rpc.RPC); err != nil {
+		t.Fatal(err)
+	}
+	if n := proto.Size(rpc.Control); n <= limit {
+		t.Fatalf("decoded control part %d bytes, want more than %d", n, limit)
+	}
+	inspect := inspectControl(limit)
+	if err := inspect("attacker", rpc); err == nil {
+		t.Errorf("a control part of %d bytes passed, want refused above %d", proto.Size(rpc.Control), limit)
+	}
+	normal := &lpubsub.RPC{RPC: pb.RPC{Control: &pb.ControlMessage{Iwant: []*pb.ControlIWant{{MessageIDs: ids[:100]}}}}}
+	if err := inspect("honest", normal); err != nil {
+		t.Errorf("a control part of %d bytes refused: %v", proto.Size(normal.Control), err)
 	}
 }

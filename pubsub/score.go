@@ -9,6 +9,7 @@ import (
 	lpubsub "github.com/libp2p/go-libp2p-pubsub"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"golang.org/x/time/rate"
+	"google.golang.org/protobuf/proto"
 )
 
 // ScoreParams are the gossipsub peer-score parameters of the NodeData topic.
@@ -91,6 +92,25 @@ func (l *PeerBuckets) inspect(shed *atomic.Uint64) func(peer.ID, *lpubsub.RPC) e
 		}
 		shed.Add(uint64(n))
 		return fmt.Errorf("peer %s: %d messages beyond its rate", p, n)
+	}
+}
+
+// inspectControl is a gossipsub RPC inspector that refuses an RPC whose
+// control part (IHAVE, IWANT, GRAFT, PRUNE, IDONTWANT), decoded, is larger
+// than limit. Gossipsub bounds it before decoding, on the raw bytes, by
+// reading the fields it expects where it expects them; a field encoded
+// otherwise than it reads can carry past that check what the decoder
+// then takes, so that the decoded RPC, whose control gossipsub acts on,
+// is what this one measures.
+func inspectControl(limit int) func(peer.ID, *lpubsub.RPC) error {
+	return func(p peer.ID, rpc *lpubsub.RPC) error {
+		if rpc.Control == nil {
+			return nil
+		}
+		if n := proto.Size(rpc.Control); n > limit {
+			return fmt.Errorf("peer %s: control part of %d bytes, more than %d", p, n, limit)
+		}
+		return nil
 	}
 }
 

@@ -128,6 +128,57 @@ func TestVerifyStartsNoReplicaOnceOneRanOutOfTime(t *testing.T) {
 	}
 }
 
+// TestVerifyStartsNoReplicaAfterAFailureThatFollowsATimeout: once a replica
+// ran out of time, a replica that fails after it, in the margin left before
+// the deadline, starts no other either. Verify 2/3 in 600ms: of the two
+// leading workers, the first to get its replica runs the work until its
+// time is up (the gateway's margin, about 20ms, before the deadline); the
+// other fails 6ms after that. A third replica would go to c, which
+// answers at once; it is never asked.
+func TestVerifyStartsNoReplicaAfterAFailureThatFollowsATimeout(t *testing.T) {
+	hits := newHitCounter()
+	// round is one request's: which lead replica arrived first, and when
+	// its work was cut.
+	type round struct {
+		arrived atomic.Int32
+		cut     chan struct{}
+	}
+	var cur atomic.Pointer[round]
+	lead := func(name string) workers.Handler {
+		return counting(name, hits, workers.HandlerFunc(func(ctx context.Context, _ []byte) workers.Result {
+			r := cur.Load()
+			if r.arrived.Add(1) == 1 {
+				<-ctx.Done()
+				close(r.cut)
+				return workers.Fail(workers.RetryableError, "%s: killed: its deadline passed", name)
+			}
+			// The second one's time is up at the same moment: it fails
+			// a few milliseconds after, as work that notices its
+			// deadline late does, within the margin the gateway left
+			// before the request's.
+			<-r.cut
+			time.Sleep(6 * time.Millisecond) // the first one's answer reaches the gateway first
+			return workers.Fail(workers.PermanentError, "%s: broken", name)
+		}))
+	}
+	gw := startMember(t, hits, memberSpec{name: "gw", cfg: groupsConfig(true)}, nil)
+	a := startMember(t, hits, memberSpec{name: "a", labels: []string{"primary"}, handlers: map[string]workers.Handler{"sha256": lead("a")}}, gw)
+	b := startMember(t, hits, memberSpec{name: "b", labels: []string{"primary"}, handlers: map[string]workers.Handler{"sha256": lead("b")}}, gw)
+	c := startMember(t, hits, memberSpec{name: "c", labels: []string{"fallback"}, handlers: map[string]workers.Handler{"sha256": sha256Handler("c", hits)}}, gw)
+	waitRanked(t, gw, "sha256", 3)
+	name := peerName(a, b, c)
+	for i := range 3 {
+		hits.reset()
+		cur.Store(&round{cut: make(chan struct{})})
+		res := gw.submit(t, dispatch.WorkRequest{Type: "sha256", Payload: []byte("x"), Timeout: 600 * time.Millisecond,
+			Verify: config.Verify{Replicas: 3, Agree: 2}})
+		if res.Status == apiv1.StatusOK || hits.total() != 2 || hits.get("c") != 0 {
+			t.Fatalf("request %d: %s; runs a %d, b %d, c %d: want no answer from the two leading replicas, and no third",
+				i, describe(res, name), hits.get("a"), hits.get("b"), hits.get("c"))
+		}
+	}
+}
+
 // TestVerifyReplacesAFailedReplicaAtOnce: a replica that fails at once is
 // replaced at once, not when the other first replica ends. Verify 2/3 in
 // 1s: one of the two leading workers fails at once, the other answers in

@@ -281,7 +281,10 @@ func (m *dispatchMetrics) request(workType string, res WorkResult, beyondHead bo
 // is nil for a request refused before it was planned.
 func (d *Dispatcher) observe(req WorkRequest, res WorkResult, plan *selection.Plan) {
 	wt := req.Type
-	if res.Status == apiv1.StatusUnavailable && len(res.Attempts) == 0 && !d.knownType(wt) {
+	if len(res.Attempts) == 0 && !d.knownType(wt) {
+		// However it ended (unavailable, or timed out before it was
+		// tried, as a deadline of 1ns makes it): a type no worker serves
+		// gets no series of its own.
 		wt = unknownWorkType
 	}
 	d.metrics.request(wt, res, plan != nil && plan.BeyondHead())

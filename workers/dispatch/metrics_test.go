@@ -236,9 +236,14 @@ func TestDispatcherCollector(t *testing.T) {
 	if res := d.Dispatch(context.Background(), WorkRequest{Type: "echo", Payload: []byte("hi")}); res.Status != apiv1.StatusOK || res.Worker != LocalWorker {
 		t.Fatalf("echo: %+v", res)
 	}
-	// A type nobody serves is counted under "unknown", not its own name.
+	// A type nobody serves is counted under "unknown", not its own name,
+	// however the request ended: a deadline already past ends it as
+	// timed out before anything is tried.
 	if res := d.Dispatch(context.Background(), WorkRequest{Type: "made-up-type"}); res.Status != apiv1.StatusUnavailable {
 		t.Fatalf("made-up-type: %+v", res)
+	}
+	if res := d.Dispatch(context.Background(), WorkRequest{Type: "made-up-type-2", Timeout: time.Nanosecond}); res.Status != apiv1.StatusTimeout || len(res.Attempts) != 0 {
+		t.Fatalf("made-up-type-2 with a deadline of 1ns: %+v, want timeout with no attempt", res)
 	}
 	d.metrics.poll(string(alive.id), 1500*time.Microsecond, nil, time.Now())
 	makeUnreachable(d, dead)
@@ -251,6 +256,7 @@ func TestDispatcherCollector(t *testing.T) {
 	}{
 		{"workmesh_requests_total", map[string]string{"work_type": "echo", "status": "ok"}, 1},
 		{"workmesh_requests_total", map[string]string{"work_type": unknownWorkType, "status": "unavailable"}, 1},
+		{"workmesh_requests_total", map[string]string{"work_type": unknownWorkType, "status": "timeout"}, 1},
 		{"workmesh_fallbacks_total", map[string]string{"work_type": "echo"}, 1},
 		{"workmesh_attempts_total", map[string]string{"outcome": "success", "peer": LocalWorker}, 1},
 		{"workmesh_request_duration_seconds", map[string]string{"work_type": "echo"}, 1},
@@ -270,6 +276,9 @@ func TestDispatcherCollector(t *testing.T) {
 		if !ok || got != c.want {
 			t.Errorf("%s%v = %v (found %t), want %v", c.name, c.labels, got, ok, c.want)
 		}
+	}
+	if _, ok := testkit.MetricValue(mfs, "workmesh_requests_total", map[string]string{"work_type": "made-up-type-2"}); ok {
+		t.Error("a made-up work type with a past deadline got a series of its own")
 	}
 	if _, ok := testkit.MetricValue(mfs, "workmesh_requests_total", map[string]string{"work_type": "made-up-type"}); ok {
 		t.Error("a made-up work type got a series of its own")

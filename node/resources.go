@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/libp2p/go-libp2p"
+	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/protocol"
 	rcmgr "github.com/libp2p/go-libp2p/p2p/host/resource-manager"
@@ -42,6 +43,13 @@ var (
 	// per-peer limiter, local-reserve) bound the work; an idle stream
 	// costs no memory of the scope.
 	workPeerLimit = rcmgr.BaseLimit{StreamsInbound: 1024, StreamsOutbound: 1024, Streams: 2048, Memory: 64 << 20}
+	// The work protocol in all: libp2p's default (512 inbound streams
+	// and 256 more per GiB of the limits' memory) with four times the
+	// inbound base, for the streams dispatchers keep open to a worker
+	// between requests (the work server bounds those that wait to half
+	// of what is allowed, WorkStreamBudget). The memory is the default's.
+	workLimit         = rcmgr.BaseLimit{StreamsInbound: 2048, StreamsOutbound: 2048, Streams: 4096, Memory: 64 << 20}
+	workLimitIncrease = rcmgr.BaseLimitIncrease{StreamsInbound: 256, StreamsOutbound: 512, Streams: 512, Memory: 164 << 20}
 )
 
 // WorkProtocol is the ID of the work protocol of network
@@ -49,6 +57,32 @@ var (
 // host's stream limits.
 func WorkProtocol(network string) protocol.ID {
 	return protocol.ID("/workmesh/" + network + "/work/1.0.0")
+}
+
+// WorkStreamBudget returns how many inbound streams of netName's work
+// protocol h's resource manager allows (at most its inbound streams in
+// all), or 0 when it does not say.
+func WorkStreamBudget(h host.Host, netName string) int {
+	rm := h.Network().ResourceManager()
+	inbound := func(s any) (int, bool) {
+		l, ok := s.(rcmgr.ResourceScopeLimiter)
+		if !ok {
+			return 0, false
+		}
+		return l.Limit().GetStreamLimit(network.DirInbound), true
+	}
+	budget := 0
+	_ = rm.ViewSystem(func(s network.ResourceScope) error {
+		budget, _ = inbound(s)
+		return nil
+	})
+	_ = rm.ViewProtocol(WorkProtocol(netName), func(s network.ProtocolScope) error {
+		if n, ok := inbound(s); ok {
+			budget = min(budget, n)
+		}
+		return nil
+	})
+	return budget
 }
 
 // newResourceManager returns libp2p's default limits plus explicit ones for
@@ -80,6 +114,7 @@ func newResourceManager(netName string) (network.ResourceManager, error) {
 		limits.AddProtocolLimit(l.proto, l.all, rcmgr.BaseLimitIncrease{})
 		limits.AddProtocolPeerLimit(l.proto, l.perPr, rcmgr.BaseLimitIncrease{})
 	}
+	limits.AddProtocolLimit(WorkProtocol(netName), workLimit, workLimitIncrease)
 	limits.AddProtocolPeerLimit(WorkProtocol(netName), workPeerLimit, rcmgr.BaseLimitIncrease{})
 	rm, err := rcmgr.NewResourceManager(rcmgr.NewFixedLimiter(limits.AutoScale()), rcmgr.WithMetricsDisabled(),
 		rcmgr.WithConnRateLimiters(unlimitedConnRate()))

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/workmesh/workmesh/config"
+	"github.com/workmesh/workmesh/tests/testkit"
 	"github.com/workmesh/workmesh/workers"
 	"github.com/workmesh/workmesh/workers/access"
 	"github.com/workmesh/workmesh/workers/faults"
@@ -64,6 +65,14 @@ func TestAccess_AllowlistServesListedPeerAndDeniesOthers(t *testing.T) {
 	if n := acc.Tracked(); n != 0 {
 		t.Errorf("access holds state for %d peers after every stream ended", n)
 	}
+	// The allowed peer's stream is kept for its next request; the denied
+	// one's is closed with the answer, not kept for the stranger to hold.
+	testkit.WaitFor(t, workertest.FailAfter, "one stream waiting, the allowed peer's", func() error {
+		if n := p.server.Stats().Waiting; n != 1 {
+			return fmt.Errorf("%d waiting", n)
+		}
+		return nil
+	})
 }
 
 func TestAccess_PeerStreamLimitIsBusyAtOnce(t *testing.T) {

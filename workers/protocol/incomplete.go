@@ -33,8 +33,17 @@ const (
 // reached their bound: the stream is reset.
 var ErrIncompleteLimit = errors.New("too many bytes of incomplete requests")
 
-// incompleteLimits are the bounds WithIncompleteLimits sets.
-type incompleteLimits struct{ total, perPeer int }
+// bounds are a server's bounds of one kind over all peers and for one
+// peer (WithIncompleteLimits, WithWaitingLimits).
+type bounds struct{ total, perPeer int }
+
+// newBounds checks and returns bounds of what.
+func newBounds(what string, total, perPeer int) (bounds, error) {
+	if total < 1 || perPeer < 1 || perPeer > total {
+		return bounds{}, fmt.Errorf("%s limits %d total, %d per peer: want 1 <= per peer <= total", what, total, perPeer)
+	}
+	return bounds{total: total, perPeer: perPeer}, nil
+}
 
 // WithIncompleteLimits bounds the memory of request bodies a server holds
 // while they are still arriving: total bytes over all peers and perPeer
@@ -45,19 +54,16 @@ type incompleteLimits struct{ total, perPeer int }
 // send all of a large request but its last byte from pinning memory. A
 // server option.
 func WithIncompleteLimits(total, perPeer int) Option {
-	return func(c *settings) error {
-		if total < 1 || perPeer < 1 || perPeer > total {
-			return fmt.Errorf("incomplete request limits %d total, %d per peer: want 1 <= per peer <= total", total, perPeer)
-		}
-		c.incomplete = incompleteLimits{total: total, perPeer: perPeer}
-		return nil
+	return func(c *settings) (err error) {
+		c.incomplete, err = newBounds("incomplete request", total, perPeer)
+		return err
 	}
 }
 
 // incomplete accounts the bytes of the request bodies a server is reading,
 // and hands the memory of abandoned ones back to the operating system.
 type incomplete struct {
-	lim incompleteLimits
+	lim bounds
 
 	mu        sync.Mutex
 	total     int
@@ -69,7 +75,7 @@ type incomplete struct {
 	pool sync.Pool // of *partial
 }
 
-func newIncomplete(lim incompleteLimits) *incomplete {
+func newIncomplete(lim bounds) *incomplete {
 	return &incomplete{lim: lim, perPeer: map[peer.ID]int{}}
 }
 

@@ -24,7 +24,8 @@ type settings struct {
 	intercept      Interceptor
 	observe        func(ServedRequest)
 	log            logrus.FieldLogger
-	incomplete     incompleteLimits
+	incomplete     bounds
+	waiting        bounds
 	// idleTimeout is how long a server keeps a stream that waits for its
 	// next request; maxIdle and clientIdle are a client's stream pool.
 	idleTimeout time.Duration
@@ -44,7 +45,8 @@ func defaults() settings {
 		readTimeout:    DefaultRequestReadTimeout,
 		grace:          DefaultGracePeriod,
 		log:            logrus.StandardLogger(),
-		incomplete:     incompleteLimits{total: DefaultIncompleteTotal, perPeer: DefaultIncompletePerPeer},
+		incomplete:     bounds{total: DefaultIncompleteTotal, perPeer: DefaultIncompletePerPeer},
+		waiting:        bounds{total: DefaultWaitingTotal, perPeer: DefaultWaitingPerPeer},
 		idleTimeout:    DefaultServerIdleTimeout,
 		maxIdle:        DefaultMaxIdleStreams,
 		clientIdle:     DefaultClientIdleTimeout,

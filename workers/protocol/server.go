@@ -49,6 +49,11 @@ type ServerStats struct {
 	// request, the resource manager refused the stream, the response could
 	// not be written, fault injection dropped it (WithInterceptor).
 	Dropped uint64
+	// Waiting counts the streams waiting for a request now, and
+	// WaitingClosed those closed so far because more waited than the
+	// bounds allow (WithWaitingLimits).
+	Waiting       int
+	WaitingClosed uint64
 }
 
 // Server answers the work protocol on a host by running requests on a
@@ -78,6 +83,8 @@ type Server struct {
 
 	// incomplete bounds the request bodies being read (WithIncompleteLimits).
 	incomplete *incomplete
+	// waiting holds the streams waiting for a request.
+	waiting *waitingSet
 
 	byOutcome [workers.NumOutcomes]atomic.Uint64
 	malformed atomic.Uint64
@@ -102,7 +109,7 @@ func NewServer(h host.Host, network string, pool *pool.Pool, opts ...Option) (*S
 	// each of them.
 	ctx, cancel := context.WithCancelCause(pool.Context())
 	s := &Server{h: h, pid: ProtocolID(network), pool: pool, cfg: cfg, ctx: ctx, cancel: cancel, ackWait: defaultAckWait,
-		incomplete: newIncomplete(cfg.incomplete)}
+		incomplete: newIncomplete(cfg.incomplete), waiting: newWaitingSet(cfg.waiting)}
 	s.cfg.log = cfg.log.WithField("protocol", string(s.pid))
 	h.SetStreamHandler(s.pid, s.handle)
 	return s, nil
@@ -114,6 +121,7 @@ func (s *Server) Protocol() protocol.ID { return s.pid }
 // Stats returns the server's counters.
 func (s *Server) Stats() ServerStats {
 	st := ServerStats{ByOutcome: make(map[workers.Outcome]uint64), Malformed: s.malformed.Load(), Dropped: s.dropped.Load()}
+	st.Waiting, st.WaitingClosed = s.waiting.counts()
 	for o := workers.Outcome(1); o < workers.NumOutcomes; o++ {
 		if n := s.byOutcome[o].Load(); n > 0 {
 			st.ByOutcome[o] = n
@@ -181,12 +189,12 @@ func (s *Server) handle(str network.Stream) {
 	c.ctx, cancel = context.WithCancel(s.ctx)
 	defer cancel()
 	defer context.AfterFunc(c.ctx, c.endIdle)()
-	// The first request, as on a stream that carries only one, is bounded
-	// from the stream's arrival.
-	_ = str.SetDeadline(time.Now().Add(s.cfg.readTimeout))
-	for {
+	// A new stream waits for its first request as a kept one waits for its
+	// next (next), among the streams waiting (WithWaitingLimits), for the
+	// request read timeout rather than the idle timeout.
+	for fresh := true; s.next(c, fresh); fresh = false {
 		s.serveOne(c)
-		if !c.keep || !s.next(c) {
+		if !c.keep {
 			break
 		}
 	}
@@ -226,20 +234,25 @@ func (s *Server) serveOne(c *wstream) {
 	s.serve(c, &sr)
 }
 
-// next waits for the first byte of the stream's next request, which
-// serveOne then reads on. While it waits the stream is idle: it holds no
-// work slot, counts as no incomplete request and is not being served for
-// Drain. It reports false when the stream ended instead: the client
-// closed it (or broke it), or the server ended it, by the idle timeout
-// (Close: the client learns that no request of its was taken) or because
-// the server is closing.
-func (s *Server) next(c *wstream) bool {
+// next waits for the first byte of the stream's next request (its first
+// one when fresh), which serveOne then reads on. While it waits the stream
+// is idle: it holds no work slot, counts as no incomplete request and is
+// not being served for Drain; it is one of the streams waiting, the one
+// that waited longest of which the server closes beyond their bounds
+// (WithWaitingLimits). It reports false when the stream ended instead:
+// the client closed it (or broke it), or the server ended it, by the idle
+// timeout (the read timeout for a fresh stream), for the bounds (Close:
+// the client learns that no request of its was taken) or because the
+// server is closing.
+func (s *Server) next(c *wstream, fresh bool) bool {
 	c.idleFrom.Store(time.Now().UnixNano()) // before the state says idle (idleCheck)
 	c.state.Store(streamIdle)
 	if s.ctx.Err() != nil {
 		c.endIdle()
 		return false
 	}
+	s.waiting.enter(c)
+	defer s.waiting.leave(c)
 	// The idle timeout is a timer of the stream's, not a read deadline: a
 	// read that blocks with a deadline set costs the transport a timer of
 	// its own every time (QUIC's does). It is set once and checks, when
@@ -247,10 +260,17 @@ func (s *Server) next(c *wstream) bool {
 	// stream that carries request after request costs no timer at all.
 	// On a stream idle for the timeout, endIdle closes it, which ends the
 	// read.
-	_ = c.str.SetDeadline(time.Time{})
-	if c.idle == nil {
+	switch {
+	case fresh:
+		// A new stream: its first request is due within the read
+		// timeout, and no timer of the stream's is set yet.
+		_ = c.str.SetDeadline(time.Now().Add(s.cfg.readTimeout))
+	case c.idle == nil:
+		_ = c.str.SetDeadline(time.Time{})
 		c.idleTimeout = s.cfg.idleTimeout
 		c.idle = time.AfterFunc(c.idleTimeout, c.idleCheck)
+	default:
+		_ = c.str.SetDeadline(time.Time{})
 	}
 	var n int
 	var err error
@@ -264,7 +284,11 @@ func (s *Server) next(c *wstream) bool {
 		n, err = c.str.Read(c.first[:])
 	}
 	if !c.state.CompareAndSwap(streamIdle, streamBusy) {
-		return false // endIdle ended it (the idle timeout, or the server closing); whatever arrived is not taken
+		return false // endIdle ended it (the idle timeout, the bounds, or the server closing); whatever arrived is not taken
+	}
+	if n == 0 && fresh {
+		s.noRequest(c, err)
+		return false
 	}
 	if n == 0 {
 		switch {
@@ -279,6 +303,23 @@ func (s *Server) next(c *wstream) bool {
 	c.pending = true
 	_ = c.str.SetDeadline(time.Now().Add(s.cfg.readTimeout))
 	return true
+}
+
+// noRequest ends a fresh stream that ended, or passed its read timeout,
+// before the first byte of a request: reset, counted as malformed and
+// observed as a request that could not be read.
+func (s *Server) noRequest(c *wstream, err error) {
+	if errors.Is(err, io.EOF) {
+		err = fmt.Errorf("stream closed before a request: %w", ErrTruncated)
+	}
+	_ = c.str.Reset()
+	s.malformed.Add(1)
+	sr := ServedRequest{Peer: c.peer, Err: fmt.Errorf("read request: %w", err),
+		Duration: time.Since(time.Unix(0, c.idleFrom.Load()))}
+	s.cfg.log.WithField("peer", sr.Peer).Debugf("work stream ended without a response: %v", sr.Err)
+	if s.cfg.observe != nil {
+		s.cfg.observe(sr)
+	}
 }
 
 // The states of a server's stream (wstream.state).
@@ -303,6 +344,8 @@ type wstream struct {
 	// state is streamIdle while the stream waits for a request (only
 	// then may endIdle end it), streamBusy while it carries one.
 	state atomic.Int32
+	// waiting is its place among the streams waiting (Server.waiting).
+	waiting waitingPlace
 	// first is the first byte of the next request, read by next; pending
 	// says Read has not returned it yet.
 	first   [1]byte
@@ -503,8 +546,9 @@ func (s *Server) load() Load {
 }
 
 // respond writes the response frame, then keeps the stream for the next
-// request (c.keep), or closes it after the client's acknowledgement while
-// the server drains; it resets the stream when writing fails.
+// request (c.keep), or closes it: after the client's acknowledgement while
+// the server drains, at once after a denial; it resets the stream when
+// writing fails.
 func (s *Server) respond(c *wstream, req *Request, res workers.Result, sr *ServedRequest) {
 	if len(res.Output) > s.cfg.maxPayload {
 		res = workers.Fail(workers.PermanentError, "%s: output of %d bytes exceeds the limit of %d", req.Type, len(res.Output), s.cfg.maxPayload)
@@ -520,6 +564,12 @@ func (s *Server) respond(c *wstream, req *Request, res workers.Result, sr *Serve
 	sr.Outcome = res.Outcome
 	if s.draining.Load() {
 		s.awaitAck(c)
+		_ = c.str.Close()
+		return
+	}
+	if res.Outcome == workers.Denied {
+		// Not kept for a peer refused: its next request would be
+		// refused too, and it would hold the stream meanwhile.
 		_ = c.str.Close()
 		return
 	}

@@ -176,7 +176,8 @@ func Start(ctx context.Context, cfg config.Config, log *logrus.Logger, opts ...O
 	extra.protectOwnPorts(n)
 	if s.server, err = protocol.NewServer(n.Host(), n.Network(), local, protocol.WithLogger(log),
 		protocol.WithMaxPayload(workers.WireLimit(cfg.Limits.MaxPayload, cfg.Limits.MaxResult)),
-		protocol.WithObserver(servedLogger(log)), protocol.WithPeerLimiter(acc), protocol.WithInterceptor(inj)); err != nil {
+		protocol.WithObserver(servedLogger(log)), protocol.WithPeerLimiter(acc), protocol.WithInterceptor(inj),
+		waitingLimits(node.WorkStreamBudget(n.Host(), n.Network()))); err != nil {
 		return fail(err)
 	}
 	// The local worker's labels, for a request's required labels: in a
@@ -261,6 +262,19 @@ func registerAll(reg *prometheus.Registry, cs ...prometheus.Collector) error {
 
 // servedLogger logs, at debug, each request this node's work server
 // answered for a peer, with request_id, peer and work_type fields.
+// waitingLimits bounds the work streams that wait for a request to half of
+// budget, the inbound work streams the host allows (node.WorkStreamBudget),
+// and at most the protocol's defaults: streams held open and idle, however
+// many identities hold them, leave the other half to streams that carry
+// work. A budget of 0 (unknown) leaves the defaults.
+func waitingLimits(budget int) protocol.Option {
+	total := protocol.DefaultWaitingTotal
+	if budget > 0 {
+		total = max(1, min(total, budget/2))
+	}
+	return protocol.WithWaitingLimits(total, min(protocol.DefaultWaitingPerPeer, total))
+}
+
 func servedLogger(log *logrus.Logger) func(protocol.ServedRequest) {
 	return func(sr protocol.ServedRequest) {
 		if !log.IsLevelEnabled(logrus.DebugLevel) {

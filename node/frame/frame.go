@@ -72,8 +72,32 @@ func (h *Header) ReadFast(r io.Reader, limit int, mem Memory) (body []byte, rese
 	return h.read(r, limit, mem, 4)
 }
 
+// AccountFrom is the body size from which ReadBounded accounts a body in
+// mem: a smaller one is read into one allocation of its claimed length.
+const AccountFrom = 8 << 10
+
+// ReadBounded is Header.Read for a reader whose mem bounds what all its
+// streams hold with bodies still arriving (the work server's bounds on
+// incomplete requests): a body over AccountFrom bytes, not only one of
+// ReserveThreshold or more, grows from AccountFrom as its bytes arrive,
+// every growth reserved in mem. What a sender holds beyond AccountFrom a
+// stream is then accounted whatever length it claims: unaccounted, a
+// body claimed just under ReserveThreshold held up to that much memory a
+// stream, and one claimed at SmallFrame held it from its header on.
+func (h *Header) ReadBounded(r io.Reader, limit int, mem Memory) (body []byte, reserved int, err error) {
+	return h.readSized(r, limit, mem, 2, AccountFrom, AccountFrom)
+}
+
 // read is Read and ReadFast, a large body's buffer growing by factor.
 func (h *Header) read(r io.Reader, limit int, mem Memory, factor int) (body []byte, reserved int, err error) {
+	return h.readSized(r, limit, mem, factor, SmallFrame, ReserveThreshold)
+}
+
+// readSized reads a frame: a body of up to small bytes into one
+// allocation, a larger one growing from small as its bytes arrive (from
+// GrowStep from ReserveThreshold on), reserved in mem from account bytes
+// on.
+func (h *Header) readSized(r io.Reader, limit int, mem Memory, factor, small, account int) (body []byte, reserved int, err error) {
 	if _, err := io.ReadFull(r, h[:]); err != nil {
 		if errors.Is(err, io.ErrUnexpectedEOF) {
 			return nil, 0, fmt.Errorf("frame header: %w", ErrTruncated)
@@ -87,7 +111,7 @@ func (h *Header) read(r io.Reader, limit int, mem Memory, factor int) (body []by
 	if uint64(n) > uint64(limit) {
 		return nil, 0, fmt.Errorf("frame of %d bytes exceeds the limit of %d: %w", n, limit, ErrTooLarge)
 	}
-	if n <= SmallFrame {
+	if int(n) <= small {
 		body = make([]byte, n)
 		if got, err := io.ReadFull(r, body); err != nil {
 			return nil, 0, bodyError(err, got, int(n))
@@ -95,10 +119,13 @@ func (h *Header) read(r io.Reader, limit int, mem Memory, factor int) (body []by
 		return body, 0, nil
 	}
 	if n < ReserveThreshold {
-		// Not reserved in mem: grown from SmallFrame as bytes arrive, so
-		// a sender that claims most of the threshold and sends nothing
-		// holds SmallFrame (16 KiB), not the claim.
-		return readGrowing(r, int(n), nil, factor, SmallFrame)
+		// Grown from small as bytes arrive, so a sender that claims most
+		// of the threshold and sends nothing holds small, not the claim;
+		// not reserved in mem below account.
+		if int(n) < account {
+			mem = nil
+		}
+		return readGrowing(r, int(n), mem, factor, small)
 	}
 	return readGrowing(r, int(n), mem, factor, GrowStep)
 }
@@ -142,7 +169,7 @@ func readGrowing(r io.Reader, n int, mem Memory, factor, first int) (body []byte
 			if size+size/4 >= n {
 				size = n // not one more step for the last few bytes
 			}
-			if mem != nil && n >= ReserveThreshold {
+			if mem != nil {
 				if err := mem.ReserveMemory(size-reserved, network.ReservationPriorityHigh); err != nil {
 					return fail(fmt.Errorf("reserve %d bytes for a frame of %d (%d in): %w", size-reserved, n, len(body), err))
 				}

@@ -230,3 +230,29 @@ func TestRead_SmallClaimsFollowTheBytesReceived(t *testing.T) {
 		t.Fatalf("whole frame of %d: %d bytes, reserved %d, err %v", claim, len(got), reserved, err)
 	}
 }
+
+// ReadBounded reserves every body over AccountFrom, as its bytes arrive:
+// a body of 20 KiB is reserved whole (Read reserves none of it), a body of
+// AccountFrom bytes is not, and what a truncated one reserved is given back.
+func TestHeader_ReadBoundedAccountsBodiesOverAccountFrom(t *testing.T) {
+	const size = 20 << 10
+	var h Header
+	scope := &countingScope{}
+	body, reserved, err := h.ReadBounded(bytes.NewReader(frameOf(make([]byte, size))), 1<<20, scope)
+	if err != nil || len(body) != size || reserved != size || scope.reserved != size {
+		t.Fatalf("body of %d: %d bytes, reserved %d (scope %d), err %v; want all of it reserved", size, len(body), reserved, scope.reserved, err)
+	}
+	if _, reserved, _ := h.Read(bytes.NewReader(frameOf(make([]byte, size))), 1<<20, &countingScope{}); reserved != 0 {
+		t.Errorf("Read reserved %d for a body under ReserveThreshold, want 0", reserved)
+	}
+	if _, reserved, _ := h.ReadBounded(bytes.NewReader(frameOf(make([]byte, AccountFrom))), 1<<20, scope); reserved != 0 {
+		t.Errorf("a body of AccountFrom reserved %d, want 0", reserved)
+	}
+	scope = &countingScope{}
+	in := frameOf(make([]byte, size))
+	if _, _, err := h.ReadBounded(bytes.NewReader(in[:HeaderLen+AccountFrom+100]), 1<<20, scope); !errors.Is(err, ErrTruncated) ||
+		scope.reserved <= AccountFrom || scope.released != scope.reserved {
+		t.Errorf("truncated after %d bytes: err %v, reserved %d, released %d; want more than AccountFrom reserved and all given back",
+			AccountFrom+100, err, scope.reserved, scope.released)
+	}
+}

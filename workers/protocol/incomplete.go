@@ -202,7 +202,7 @@ func (s *Server) Incomplete() int {
 // run so that neither's stack frame grows.
 func (s *Server) readRequest(c *wstream) ([]byte, int, error) {
 	pt := s.incomplete.open(c.peer, c.str.Scope())
-	body, reserved, err := c.hdr.Read(c, frameLimit(s.cfg.maxPayload), pt)
+	body, reserved, err := c.hdr.ReadBounded(c, frameLimit(s.cfg.maxPayload), pt)
 	s.incomplete.close(pt, err != nil)
 	return body, reserved, err
 }

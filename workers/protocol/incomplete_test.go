@@ -80,3 +80,50 @@ func TestServer_IncompleteRequestsBounded(t *testing.T) {
 		t.Errorf("stats %+v: want the %d streams counted as malformed", st, n)
 	}
 }
+
+// Bodies under libp2p's reserve threshold (64 KiB) count against the
+// bounds too, from 8 KiB on: streams that claim 60 KiB and send 40 KiB
+// hold at most the per-peer bound of 128 KiB, and the streams beyond it
+// are reset. (Not counted before: ten such streams of one peer held 600
+// KiB, and a thousand streams 60 MB, each for the read timeout.)
+func TestServer_IncompleteSmallRequestsBounded(t *testing.T) {
+	const perPeer, claim, sent, n = 128 << 10, 60 << 10, 40 << 10, 10
+	p := newPair(t, map[string]workers.Handler{}, WithIncompleteLimits(1<<20, perPeer))
+	ctx, cancel := context.WithTimeout(context.Background(), workertest.FailAfter)
+	defer cancel()
+	msg := append(binary.BigEndian.AppendUint32(nil, claim), make([]byte, sent)...)
+	ended := make(chan error, n)
+	var streams []network.Stream
+	for range n {
+		s, err := p.clientHost.NewStream(ctx, p.serverHost.ID(), p.server.Protocol())
+		workertest.Must(t, err)
+		streams = append(streams, s)
+		go func() {
+			_, err := s.Write(msg)
+			if err == nil {
+				var b [1]byte
+				_, err = s.Read(b[:]) // ends when the server resets it
+			}
+			ended <- err
+		}()
+	}
+	defer func() {
+		for _, s := range streams {
+			_ = s.Reset()
+		}
+	}()
+	// At most two bodies of 60 KiB fit 128 KiB.
+	for range n - 2 {
+		select {
+		case err := <-ended:
+			if err == nil {
+				t.Fatal("a stream beyond the bound ended without an error")
+			}
+		case <-ctx.Done():
+			t.Fatalf("the streams beyond the per-peer bound were not reset; %d bytes incomplete", p.server.Incomplete())
+		}
+	}
+	if got := p.server.Incomplete(); got > perPeer || got == 0 {
+		t.Errorf("%d bytes incomplete, want some and at most the per-peer bound of %d", got, perPeer)
+	}
+}

@@ -1,6 +1,9 @@
 package config
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // Config is the whole configuration of a workmesh node.
 type Config struct {
@@ -430,7 +433,18 @@ type JSONRPCConfig struct {
 	ChainID string `koanf:"jsonrpc-chain-id"`
 	// HeadInterval is the time between two polls of the upstream's head.
 	HeadInterval time.Duration `koanf:"jsonrpc-head-interval"`
+	// Methods are the methods relayed to the upstream: a name
+	// ("eth_call"), a namespace ("debug_*"), or "*" for every one. A
+	// request calling another is answered method not found without
+	// reaching the upstream: a node's administrative namespaces (admin_,
+	// personal_, debug_, miner_) are not for every peer that may send it
+	// work. Empty (as Go code may leave it) relays every method.
+	Methods []string `koanf:"jsonrpc-methods"`
 }
+
+// DefaultJSONRPCMethods are the methods relayed by default: the chain's
+// public ones.
+var DefaultJSONRPCMethods = []string{"eth_*", "net_*", "web3_*"}
 
 // MembershipConfig names who vouches for the members of a closed network.
 // Load checks the two settings (see LoadOptions.Membership); with an
@@ -527,7 +541,7 @@ func Defaults() Config {
 		},
 		HTTP:    HTTPConfig{MaxBody: 1 << 20},
 		Limits:  LimitsConfig{MaxPayload: DefaultMaxPayload, MaxResult: DefaultMaxPayload},
-		JSONRPC: JSONRPCConfig{HeadInterval: 2 * time.Second},
+		JSONRPC: JSONRPCConfig{HeadInterval: 2 * time.Second, Methods: slices.Clone(DefaultJSONRPCMethods)},
 		Trust:   TrustConfig{ExploreShare: 0.1, DisputeThreshold: 3, DisputeWindow: time.Minute, DisputeCordon: 5 * time.Minute},
 	}
 }

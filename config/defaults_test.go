@@ -98,6 +98,7 @@ var pinnedDefaults = map[string]any{
 	"jsonrpc-upstream":      "",
 	"jsonrpc-chain-id":      "",
 	"jsonrpc-head-interval": 2 * time.Second,
+	"jsonrpc-methods":       []string{"eth_*", "net_*", "web3_*"},
 	"network-authority":     "",
 	"membership-cert":       "",
 
@@ -122,7 +123,7 @@ var pinnedFields = map[string]int{
 	"AccessConfig":         6,
 	"FaultConfig":          3,
 	"HTTPConfig":           2,
-	"JSONRPCConfig":        3,
+	"JSONRPCConfig":        4,
 	"MembershipConfig":     2,
 	"NodeConfig":           27,
 	"WorkerConfig":         17,

@@ -101,6 +101,7 @@ var help = map[string]string{
 	"jsonrpc-upstream":      "JSON-RPC 2.0 endpoint the jsonrpc work type relays to (empty: not served)",
 	"jsonrpc-chain-id":      "chain ID the upstream must report at start (empty: not checked)",
 	"jsonrpc-head-interval": "time between two polls of the upstream's head: the newest block it has, which this node advertises so that a request naming a block goes to a worker that has it",
+	"jsonrpc-methods":       "methods relayed to the upstream: a name (eth_call), a namespace (debug_*) or * for all; a request calling another is answered method not found without reaching the upstream (repeatable)",
 
 	"network-authority": "public key line of the network authority (from workmesh network init); empty: an open network that any peer may join; set: records, work and protocol streams only from members",
 	"membership-cert":   "file with this node's membership certificate (from workmesh network admit); needs network-authority",
@@ -190,7 +191,7 @@ var group = map[string]string{
 
 	"http-allow": "http", "http-max-body": "http",
 
-	"jsonrpc-upstream": "jsonrpc", "jsonrpc-chain-id": "jsonrpc", "jsonrpc-head-interval": "jsonrpc",
+	"jsonrpc-upstream": "jsonrpc", "jsonrpc-chain-id": "jsonrpc", "jsonrpc-head-interval": "jsonrpc", "jsonrpc-methods": "jsonrpc",
 
 	"network-authority": "network", "membership-cert": "network",
 	"reachability": "nat", "announce": "nat", "no-announce": "nat", "mdns": "nat", "relay": "nat",

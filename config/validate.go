@@ -341,7 +341,33 @@ func (j *JSONRPCConfig) Validate() error {
 		c.failf("jsonrpc-upstream", "jsonrpc-upstream %q: want an http:// or https:// URL", j.Upstream)
 	}
 	positive(&c, "jsonrpc-head-interval", j.HeadInterval)
+	if j.Methods != nil && len(j.Methods) == 0 {
+		c.failf("jsonrpc-methods", "jsonrpc-methods is empty: list the methods to relay (eth_call, eth_*), or * for every one")
+	}
+	for i, m := range j.Methods {
+		if !validMethodPattern(m) {
+			c.entryf("jsonrpc-methods", i+1, "jsonrpc-methods entry %d %q: want a method name (eth_call), a namespace (eth_*) or *", i+1, m)
+		}
+	}
 	return c.join()
+}
+
+// validMethodPattern reports whether p is a jsonrpc-methods entry: "*", or
+// letters, digits and underscores, with a "*" at the end for a prefix.
+func validMethodPattern(p string) bool {
+	if p == "*" {
+		return true
+	}
+	name := strings.TrimSuffix(p, "*")
+	if name == "" {
+		return false
+	}
+	for _, r := range name {
+		if !(r == '_' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z') {
+			return false
+		}
+	}
+	return true
 }
 
 // Validate reports an unknown selection mode.

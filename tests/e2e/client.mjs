@@ -86,7 +86,7 @@ async function main() {
     body: JSON.stringify([
       { jsonrpc: "2.0", id: 11, method: "eth_chainId", params: [] },
       { jsonrpc: "2.0", id: "b", method: "eth_getBalance", params: [receiver, "latest"] },
-      { jsonrpc: "2.0", id: 13, method: "no_such_method", params: [] },
+      { jsonrpc: "2.0", id: 13, method: "eth_noSuchMethod", params: [] },
       { jsonrpc: "2.0", id: 14, method: "eth_getTransactionByHash", params: [tx.hash] },
     ]),
     signal: AbortSignal.timeout(20_000),

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/workmesh/workmesh/workers"
 	"github.com/workmesh/workmesh/workers/httpwork"
@@ -57,6 +58,39 @@ func (j *Relay) parsePayload(payload []byte) ([]Call, bool, *RPCError) {
 		calls[i] = c
 	}
 	return calls, true, nil
+}
+
+// notRelayed answers a payload with a call of a method jsonrpc-methods
+// does not relay, as the upstream would a method it does not have: the
+// whole payload, a batch too, goes nowhere, and another worker may relay
+// it (unsupported is final for this worker only).
+func (j *Relay) notRelayed(calls []Call) *RPCError {
+	for _, c := range calls {
+		if !methodRelayed(j.cfg.Methods, c.Method) {
+			return &RPCError{Code: RPCMethodNotFound,
+				Message: fmt.Sprintf("method not found: %s is not relayed by this worker (jsonrpc-methods)", workers.Truncate(c.Method, 64))}
+		}
+	}
+	return nil
+}
+
+// methodRelayed reports whether patterns (jsonrpc-methods) let method
+// through: a pattern is the method's name, a prefix of it ending in "*",
+// or "*"; no patterns let every method through.
+func methodRelayed(patterns []string, method string) bool {
+	if len(patterns) == 0 {
+		return true
+	}
+	for _, p := range patterns {
+		if prefix, ok := strings.CutSuffix(p, "*"); ok {
+			if strings.HasPrefix(method, prefix) {
+				return true
+			}
+		} else if p == method {
+			return true
+		}
+	}
+	return false
 }
 
 // classifyOne classifies the upstream's answer to a single request.

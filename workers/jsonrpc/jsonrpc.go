@@ -437,6 +437,9 @@ func (j *Relay) Do(ctx context.Context, payload []byte) workers.Result {
 	if perr != nil {
 		return rpcFail(workers.PermanentError, perr)
 	}
+	if perr := j.notRelayed(calls); perr != nil {
+		return rpcFail(workers.Unsupported, perr)
+	}
 	if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > j.opts.timeout {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, j.opts.timeout)

@@ -393,3 +393,50 @@ func TestJSONRPC_RunFollowsHead(t *testing.T) {
 		t.Fatalf("Run after Close: %v", err)
 	}
 }
+
+// TestJSONRPC_OnlyTheMethodsListedAreRelayed: with the default
+// jsonrpc-methods (eth_*, net_*, web3_*) a call of another namespace
+// (admin_, personal_, debug_), alone or in a batch, is answered method not
+// found, unsupported (another worker may relay it), and never reaches the
+// upstream; a listed name or namespace is relayed, and "*" relays all.
+func TestJSONRPC_OnlyTheMethodsListedAreRelayed(t *testing.T) {
+	f := newFakeUpstream(t, "0x1", 100)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	relay := func(methods []string) *Relay {
+		j, err := New(ctx, config.JSONRPCConfig{Upstream: f.URL, HeadInterval: time.Hour, Methods: methods}, workertest.QuietLogger())
+		workertest.Must(t, err)
+		t.Cleanup(j.Close)
+		return j
+	}
+	j := relay(config.DefaultJSONRPCMethods)
+	for _, payload := range []string{
+		`{"jsonrpc":"2.0","id":1,"method":"admin_addPeer","params":["enode://x"]}`,
+		`{"jsonrpc":"2.0","id":1,"method":"personal_unlockAccount","params":[]}`,
+		`[{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber"},{"jsonrpc":"2.0","id":2,"method":"debug_setHead","params":["0x0"]}]`,
+		`{"jsonrpc":"2.0","id":1,"method":"eth"}`,
+	} {
+		r := j.Do(ctx, []byte(payload))
+		e, ok := ParseRPCError(r.Error)
+		if r.Outcome != workers.Unsupported || !ok || e.Code != RPCMethodNotFound || !strings.Contains(e.Message, "not relayed by this worker (jsonrpc-methods)") {
+			t.Errorf("%s: outcome %s (%s), want unsupported, method not found", payload, r.Outcome, r.Error)
+		}
+	}
+	for _, m := range []string{"admin_addPeer", "personal_unlockAccount", "debug_setHead", "eth", "batch"} {
+		if n := f.get(m); n != 0 {
+			t.Errorf("%s reached the upstream %d times", m, n)
+		}
+	}
+	if r := j.Do(ctx, []byte(`{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber"}`)); r.Outcome != workers.Success {
+		t.Errorf("eth_blockNumber under the default: outcome %s (%s)", r.Outcome, r.Error)
+	}
+	if r := relay([]string{"eth_blockNumber", "debug_*"}).Do(ctx, []byte(`{"jsonrpc":"2.0","id":1,"method":"debug_setHead","params":["0x0"]}`)); r.Outcome == workers.Unsupported {
+		t.Errorf("debug_setHead with debug_* listed: %s (%s), want it relayed", r.Outcome, r.Error)
+	}
+	if r := relay([]string{"*"}).Do(ctx, []byte(`{"jsonrpc":"2.0","id":1,"method":"admin_peers"}`)); r.Outcome == workers.Unsupported {
+		t.Errorf("admin_peers with * listed: %s (%s), want it relayed", r.Outcome, r.Error)
+	}
+	if f.get("debug_setHead") != 1 || f.get("admin_peers") != 1 {
+		t.Errorf("the listed methods reached the upstream %d and %d times, want once each", f.get("debug_setHead"), f.get("admin_peers"))
+	}
+}

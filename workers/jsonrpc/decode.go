@@ -67,8 +67,10 @@ func parseCallFast(raw []byte) (c Call, ok bool) {
 	var seen [4]bool
 	ok = eachMember(raw, func(key, value []byte) bool {
 		i, known, ok := plainMember(key, &callMembers, &seen)
-		if !known || !ok {
-			return ok // another key, or a repeated one: json.Unmarshal's rules apply
+		if !known || !ok || string(key) != callMembers[i] {
+			// Another key, a repeated one, or one written in another
+			// case: ParseCall's slower rules apply (ambiguousMember).
+			return ok && !known
 		}
 		switch i {
 		case 0:

@@ -422,7 +422,23 @@ func TestJSONRPC_OnlyTheMethodsListedAreRelayed(t *testing.T) {
 			t.Errorf("%s: outcome %s (%s), want unsupported, method not found", payload, r.Outcome, r.Error)
 		}
 	}
-	for _, m := range []string{"admin_addPeer", "personal_unlockAccount", "debug_setHead", "eth", "batch"} {
+	// A second method member, in another case or escaped, which Go's
+	// decoder would take for the one checked, while an upstream with a
+	// case-sensitive decoder runs the first: refused as invalid.
+	for _, payload := range []string{
+		`{"jsonrpc":"2.0","id":1,"method":"admin_addPeer","params":["enode://x"],"Method":"web3_clientVersion"}`,
+		`{"jsonrpc":"2.0","id":1,"METHOD":"web3_clientVersion","method":"admin_addPeer"}`,
+		`{"jsonrpc":"2.0","id":1,"method":"admin_addPeer","\u006dethod":"web3_clientVersion"}`,
+		`{"jsonrpc":"2.0","id":1,"method":"admin_addPeer","method":"web3_clientVersion"}`,
+		`{"jsonrpc":"2.0","id":1,"Method":"web3_clientVersion"}`,
+	} {
+		r := j.Do(ctx, []byte(payload))
+		e, ok := ParseRPCError(r.Error)
+		if r.Outcome != workers.PermanentError || !ok || e.Code != RPCInvalidRequest || !strings.Contains(e.Message, "at most once, written in lower case") {
+			t.Errorf("%s: outcome %s (%s), want invalid request", payload, r.Outcome, r.Error)
+		}
+	}
+	for _, m := range []string{"admin_addPeer", "personal_unlockAccount", "debug_setHead", "eth", "batch", "web3_clientVersion"} {
 		if n := f.get(m); n != 0 {
 			t.Errorf("%s reached the upstream %d times", m, n)
 		}

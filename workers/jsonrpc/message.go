@@ -110,6 +110,8 @@ func ParseCall(raw json.RawMessage) (Call, *RPCError) {
 	}
 	if fast, ok := parseCallFast(raw); ok {
 		c = fast
+	} else if key, ok := ambiguousMember(raw); ok {
+		return c, &RPCError{Code: RPCInvalidRequest, Message: fmt.Sprintf("invalid request: member %q: each of jsonrpc, id, method and params at most once, written in lower case", workers.Truncate(key, 32))}
 	} else if err := json.Unmarshal(raw, &c); err != nil {
 		// Keep the id if it alone can be read.
 		var idOnly struct {
@@ -138,6 +140,44 @@ func ParseCall(raw json.RawMessage) (Call, *RPCError) {
 		return c, &RPCError{Code: RPCInvalidRequest, Message: `invalid request: "params" must be an array or an object`}
 	}
 	return c, nil
+}
+
+// ambiguousMember returns a member key of the request object raw that
+// makes it read two ways: one that encoding/json takes for jsonrpc, id,
+// method or params (case folded, escapes undone) but that is not that name
+// as written, or a second of one of them. Decoders differ on those (Go's
+// takes the last match in any case; others take the exact name, or the
+// first), and the payload goes to the upstream as it is: a method checked
+// here (jsonrpc-methods) must be the one the upstream runs. ok is false
+// for a plain object, and for one that is not valid JSON (json.Unmarshal
+// says what is wrong with it).
+func ambiguousMember(raw []byte) (key string, ok bool) {
+	if !validJSON(raw) {
+		return "", false
+	}
+	var seen [4]bool
+	eachMember(raw, func(k, _ []byte) bool {
+		name := string(k)
+		if !plainKey(k) {
+			var s string
+			if json.Unmarshal(append(append([]byte{'"'}, k...), '"'), &s) != nil {
+				return true
+			}
+			name = s
+		}
+		for i, m := range callMembers {
+			if !strings.EqualFold(name, m) {
+				continue
+			}
+			if seen[i] || string(k) != m {
+				key, ok = name, true
+				return false
+			}
+			seen[i] = true
+		}
+		return true
+	})
+	return key, ok
 }
 
 // validID reports whether an id is a string, a number or null.

@@ -49,9 +49,9 @@ type cstream struct {
 	// dead is set when the idle watch found the stream ended; eof when the
 	// stream ended at the server's FIN (closed, not reset).
 	dead, eof atomic.Bool
-	// used says the stream has carried a whole exchange, so that the end
-	// of the stream where a response should begin is the server's
-	// closing between requests. Only the owning call touches it.
+	// used says the stream has carried a whole exchange (a refusal at the
+	// host's stream limits comes only on a new one). Only the owning call
+	// touches it.
 	used bool
 	// acceptState is the current call's accept timeout (see exchange),
 	// acceptTimer the stream's timer for it.
@@ -103,9 +103,11 @@ func (cs *cstream) acceptExpired() {
 	}
 }
 
-// errNotTaken means a stream that had carried requests before ended where
-// the response should begin: the server closed it between requests, so
-// it did not take the request (see the protocol's comment).
+// errNotTaken means a stream ended cleanly where the response should
+// begin: the server closed it before it took the request, between
+// requests or, a new one, as one of more streams waiting for a request
+// than it keeps (see the protocol's comment). The server ends a stream
+// that took a request with its response, or resets it.
 var errNotTaken = fmt.Errorf("stream closed by the worker before the request was taken: %w", ErrTruncated)
 
 // errRefused means the worker's host reset a new stream at its resource
@@ -165,8 +167,9 @@ func (c *Client) Close() error {
 // req.AcceptTimeout, and the protocol's sentinels for bad messages. A
 // response, whatever its outcome, comes with a nil error.
 //
-// A request sent on a stream kept from an earlier call, which the worker
-// had closed meanwhile (its idle timeout, a drain, its Close), is sent
+// A request sent on a stream the worker closed before taking it (a kept
+// one closed meanwhile by its idle timeout, a drain, its Close or its
+// bounds on waiting streams; a new one closed by those bounds) is sent
 // again once on a new stream: the worker did not take it. So is one on a
 // new stream that the worker's host refused at its resource limits, after
 // the idle streams to that worker are closed. Any other failure is not
@@ -286,7 +289,9 @@ func (c *Client) call(ctx context.Context, cs *cstream, req *Request, acceptBy t
 			err = fmt.Errorf("the response came in as the call's deadline passed: %w", context.DeadlineExceeded)
 		}
 	}
-	if err != nil || !whole {
+	if err != nil || !whole || resp.Outcome == workers.Denied {
+		// Broken, or refused as not allowed: the worker closes the
+		// stream of a peer it denies, and would deny the next request.
 		c.discard(cs)
 		return resp, err
 	}
@@ -351,9 +356,11 @@ func (c *Client) exchange(ctx context.Context, cs *cstream, req *Request, accept
 		if !cs.used && errors.Is(err, refusedByLimits) {
 			return Response{}, false, fmt.Errorf("%w: %w", errRefused, err)
 		}
-		if cs.used && !timedOut() {
-			// The server may have closed the stream between requests:
-			// then its FIN is there to read.
+		if !timedOut() {
+			// The server may have closed the stream before it took the
+			// request (between requests, or a new stream among the
+			// streams waiting beyond its bounds): then its FIN is there
+			// to read.
 			if body, err := c.readFrame(cs); body == nil && errors.Is(err, io.EOF) && ctx.Err() == nil {
 				return Response{}, false, errNotTaken
 			}
@@ -371,7 +378,7 @@ func (c *Client) exchange(ctx context.Context, cs *cstream, req *Request, accept
 				return Response{}, false, fmt.Errorf("%w: %w", errRefused, err)
 			}
 			if errors.Is(err, io.EOF) {
-				if first && cs.used {
+				if first {
 					return Response{}, false, errNotTaken
 				}
 				err = fmt.Errorf("stream closed without a response: %w", ErrTruncated)

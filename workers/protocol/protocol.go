@@ -31,8 +31,9 @@ import (
 // when each stream carried one request, is served as before.
 //
 // The server ends a stream between requests (its idle timeout, its Close,
-// a response sent while draining) by closing its write side without a
-// response: it never ends a stream with a FIN while a request it read is
+// a response sent while draining, its bounds on the streams waiting for a
+// request, which a new stream waiting for its first is among) by closing
+// its write side without a response: it never ends a stream with a FIN while a request it read is
 // unanswered, and reads no request after that FIN. So a client that finds
 // the end of the stream where a response should begin knows its request
 // was not taken, and may send it again on a new stream; any other failure

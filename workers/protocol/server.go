@@ -251,7 +251,13 @@ func (s *Server) next(c *wstream, fresh bool) bool {
 		c.endIdle()
 		return false
 	}
-	s.waiting.enter(c)
+	if over := s.waiting.enter(c); len(over) > 0 {
+		// Closed on a goroutine of their own: a close can wait for the
+		// transport (a peer that stopped reading), and this stream's
+		// request is not theirs to wait for. The handler's count in wg
+		// keeps Close waiting for it too.
+		s.wg.Go(func() { s.waiting.close(over) })
+	}
 	defer s.waiting.leave(c)
 	// The idle timeout is a timer of the stream's, not a read deadline: a
 	// read that blocks with a deadline set costs the transport a timer of
@@ -422,12 +428,18 @@ func (c *wstream) idleCheck() {
 }
 
 // endIdle ends the stream if it is waiting for a request: the server is
-// closing, or the stream has been idle for the idle timeout. A stream
-// carrying a request ends after its response (next).
-func (c *wstream) endIdle() {
+// closing, the stream has been idle for the idle timeout, or it is beyond
+// the bounds on waiting streams. A stream carrying a request ends after
+// its response (next).
+func (c *wstream) endIdle() { c.closeIfIdle() }
+
+// closeIfIdle is endIdle, reporting whether it ended the stream.
+func (c *wstream) closeIfIdle() bool {
 	if c.state.CompareAndSwap(streamIdle, streamEnded) {
 		_ = c.str.Close()
+		return true
 	}
+	return false
 }
 
 func (s *Server) serve(c *wstream, sr *ServedRequest) {

@@ -3,6 +3,7 @@ package protocol
 import (
 	"container/list"
 	"sync"
+	"sync/atomic"
 
 	"github.com/libp2p/go-libp2p/core/peer"
 )
@@ -15,9 +16,12 @@ const (
 	// Twenty dispatchers keeping their 32 idle streams each fit.
 	DefaultWaitingTotal = 1024
 	// DefaultWaitingPerPeer bounds them for one peer: a dispatcher's 32
-	// idle streams (DefaultMaxIdleStreams) and as many more returning to
-	// its pool from a burst.
-	DefaultWaitingPerPeer = 64
+	// idle streams (DefaultMaxIdleStreams) and the new streams of a burst
+	// of a hundred requests at once, each waiting a moment for its first
+	// byte (at 64, bursts of 150 callers from one peer had 400-1,000 of
+	// their streams closed and opened again); half of the 256 streams one
+	// QUIC connection may open.
+	DefaultWaitingPerPeer = 128
 )
 
 // WithWaitingLimits bounds the streams that wait for a request, a new
@@ -28,9 +32,9 @@ const (
 // that, unbounded, a few identities holding streams open took every work
 // stream the host allows, and no one could send work at all. Beyond a
 // bound, the stream that has waited longest (the peer's, or of all) is
-// closed: a client finds a kept stream closed and opens another, and one
-// that sends its request on a new stream at once is never the one that
-// waited longest. A server option.
+// closed. Its client finds it closed where the response should begin,
+// knows the request was not taken, and sends it once more on a new stream
+// (Client.Do). A server option.
 func WithWaitingLimits(total, perPeer int) Option {
 	return func(c *settings) (err error) {
 		c.waiting, err = newBounds("waiting stream", total, perPeer)
@@ -46,7 +50,7 @@ type waitingSet struct {
 	mu     sync.Mutex
 	all    list.List // of *wstream
 	byPeer map[peer.ID]*list.List
-	closed uint64 // streams closed for a bound
+	closed atomic.Uint64 // streams closed for a bound
 }
 
 // waitingPlace is where a stream is in a waitingSet, guarded by its mu.
@@ -58,11 +62,10 @@ func newWaitingSet(lim bounds) *waitingSet {
 	return &waitingSet{lim: lim, byPeer: map[peer.ID]*list.List{}}
 }
 
-// enter adds c, which is about to wait for a request, and ends the streams
-// that have waited longest beyond the bounds (endIdle: one that took a
-// request meanwhile is left alone).
-func (w *waitingSet) enter(c *wstream) {
-	var over []*wstream
+// enter adds c, which is about to wait for a request, and takes out and
+// returns the streams that have waited longest beyond the bounds, for
+// close.
+func (w *waitingSet) enter(c *wstream) (over []*wstream) {
 	w.mu.Lock()
 	pl := w.byPeer[c.peer]
 	if pl == nil {
@@ -76,10 +79,17 @@ func (w *waitingSet) enter(c *wstream) {
 	for w.all.Len() > w.lim.total {
 		over = append(over, w.removeLocked(w.all.Front().Value.(*wstream)))
 	}
-	w.closed += uint64(len(over))
 	w.mu.Unlock()
+	return over
+}
+
+// close ends the streams enter took out that still wait (one that took
+// a request meanwhile is left alone), counting them.
+func (w *waitingSet) close(over []*wstream) {
 	for _, o := range over {
-		o.endIdle()
+		if o.closeIfIdle() {
+			w.closed.Add(1)
+		}
 	}
 }
 
@@ -108,5 +118,5 @@ func (w *waitingSet) removeLocked(c *wstream) *wstream {
 func (w *waitingSet) counts() (waiting int, closed uint64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.all.Len(), w.closed
+	return w.all.Len(), w.closed.Load()
 }

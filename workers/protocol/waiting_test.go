@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
 
+	"github.com/workmesh/workmesh/node/frame"
 	"github.com/workmesh/workmesh/tests/testkit"
 	"github.com/workmesh/workmesh/workers"
 	"github.com/workmesh/workmesh/workers/workertest"
@@ -98,5 +100,57 @@ func TestWaitingStreamsBeyondTheBoundsAreClosed(t *testing.T) {
 	_ = first[4].SetReadDeadline(time.Now().Add(workertest.FailAfter))
 	if _, err := io.ReadAll(first[4]); err != nil {
 		t.Errorf("the oldest waiting stream, closed for a kept one: %v, want a clean end", err)
+	}
+}
+
+// TestNewStreamClosedBeforeItsRequestIsSentAgain: a worker that closes a
+// new stream cleanly without taking its request, as its bounds on waiting
+// streams may under a burst, leaves the request not taken, and the client
+// sends it once more on another new stream; a worker that closes every
+// stream so has the call fail after that one retry. (The client retried
+// only kept streams: a burst of 100-150 callers lost 1 to 76 requests.)
+func TestNewStreamClosedBeforeItsRequestIsSentAgain(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		closes int32 // streams the worker closes before answering
+		want   bool  // the call succeeds
+	}{{"the first", 1, true}, {"every one", 1 << 30, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			clientHost, serverHost := workertest.NewHost(t), workertest.NewHost(t)
+			var opened atomic.Int32
+			serverHost.SetStreamHandler(ProtocolID(workertest.Network), func(s network.Stream) {
+				if opened.Add(1) <= tc.closes {
+					_ = s.Close() // not read: not taken
+					return
+				}
+				body, _, err := frame.Read(s, 1<<20, nil)
+				if err != nil {
+					_ = s.Reset()
+					return
+				}
+				req, err := decodeRequest(body, 1<<20)
+				if err != nil {
+					_ = s.Reset()
+					return
+				}
+				_ = writeResponse(s, &Response{ID: req.ID, Result: workers.OK(req.Payload)})
+				_ = s.Close()
+			})
+			workertest.Connect(t, clientHost, serverHost)
+			client, err := NewClient(clientHost, workertest.Network)
+			workertest.Must(t, err)
+			ctx, cancel := context.WithTimeout(context.Background(), workertest.FailAfter)
+			defer cancel()
+			resp, err := client.Do(ctx, serverHost.ID(), Request{ID: "r", Type: "echo", Payload: []byte("x")})
+			switch {
+			case tc.want && (err != nil || resp.Outcome != workers.Success || string(resp.Output) != "x"):
+				t.Errorf("after one new stream closed: %v %v %q, want the echo", err, resp.Outcome, resp.Output)
+			case !tc.want && !errors.Is(err, ErrTruncated):
+				t.Errorf("with every stream closed: %v, want the request not taken (ErrTruncated)", err)
+			}
+			if n, want := opened.Load(), int32(2); n != want {
+				t.Errorf("%d streams opened, want %d (the first and one retry)", n, want)
+			}
+		})
 	}
 }

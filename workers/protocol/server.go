@@ -307,7 +307,11 @@ func (s *Server) next(c *wstream, fresh bool) bool {
 		return false
 	}
 	c.pending = true
-	_ = c.str.SetDeadline(time.Now().Add(s.cfg.readTimeout))
+	if !fresh {
+		// A fresh stream's request keeps the deadline it got on arrival:
+		// the whole of it is due within the read timeout.
+		_ = c.str.SetDeadline(time.Now().Add(s.cfg.readTimeout))
+	}
 	return true
 }
 

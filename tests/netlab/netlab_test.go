@@ -155,7 +155,11 @@ func TestNetlab_HolePunchBetweenSites(t *testing.T) {
 		l.waitFor(30*time.Second, fmt.Sprintf("run %d: the gateway is directly connected to the worker", i+1), func() error {
 			c, err := connection(gw, id)
 			if err == nil && c != "direct" {
-				err = fmt.Errorf("connection %q", c)
+				// Both ends' hole punching, for a run that stays relayed.
+				gst, _ := gw.status()
+				wst, _ := worker.status()
+				err = fmt.Errorf("connection %q; gateway nat %+v; worker nat %+v, advertised %v",
+					c, gst.NAT, wst.NAT, wst.AdvertisedAddrs)
 			}
 			return err
 		})

@@ -247,9 +247,21 @@ func newNodeHost(key crypto.PrivKey, netName, version string, listen []ma.Multia
 			return nil, fmt.Errorf("libp2p host: relay finder: %w", err)
 		}
 		ar.Start()
-		h.before = append([]func() error{ar.Close}, h.before...)
+		h.before = append([]func() error{func() error { return closeAutoRelay(ar) }}, h.before...)
 	}
 	return h, nil
+}
+
+// closeAutoRelay closes ar twice. go-libp2p's AutoRelay.Close cancels its
+// event loop, stops the relay finder, then waits for the loop; a
+// reachability event the loop takes in between starts the finder again,
+// and nothing stops it (TestHost_CloseReleasesEverything found its four
+// goroutines left after Close, once in a few hundred hosts). The second
+// Close, with the loop gone, stops a finder started so.
+func closeAutoRelay(ar *autorelay.AutoRelay) error {
+	err := ar.Close()
+	_ = ar.Close()
+	return err
 }
 
 // startAutoNAT starts AutoNAT v1 on h: answering others' dial-back

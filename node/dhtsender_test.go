@@ -61,8 +61,8 @@ func TestDHTSurvivesAnswersWithoutTheRecord(t *testing.T) {
 	if err := h.Connect(ctx, peer.AddrInfo{ID: a.ID(), Addrs: a.Host().Addrs()}); err != nil {
 		t.Fatal(err)
 	}
-	testkit.WaitFor(t, 10*time.Second, "the node's routing table holds the honest and the hostile peer", func() error {
-		if !a.InRoutingTable(b.ID()) || !a.InRoutingTable(p.id) {
+	testkit.WaitFor(t, 10*time.Second, "the node's routing table holds the honest and the hostile peer, and the honest peer's the node", func() error {
+		if !a.InRoutingTable(b.ID()) || !a.InRoutingTable(p.id) || !b.InRoutingTable(a.ID()) {
 			return errors.New("not yet")
 		}
 		return nil

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -305,10 +306,13 @@ func TestSendQueueBeforeIdentify(t *testing.T) {
 	if err := hb.Connect(ctx, peer.AddrInfo{ID: ha.ID(), Addrs: ha.Addrs()}); err != nil {
 		t.Fatal(err)
 	}
-	testkit.WaitFor(t, 10*time.Second, "A's gossip stream to B, which subscribed but does not answer identify", func() error {
+	testkit.WaitFor(t, 10*time.Second, "A's gossip stream to B, which subscribed but does not answer identify, and B's subscription at A", func() error {
 		if !a.HasStream(hb.ID()) {
 			_, dropped := a.Dropped()
 			return fmt.Errorf("no stream yet (%d messages dropped)", dropped)
+		}
+		if !slices.Contains(a.Peers(), hb.ID()) {
+			return errors.New("B's subscription not at A yet")
 		}
 		return nil
 	})

@@ -26,37 +26,12 @@ func TestServer_IncompleteRequestsBounded(t *testing.T) {
 	const n = 6
 	body := make([]byte, 1<<20)
 	msg := append(binary.BigEndian.AppendUint32(nil, uint32(len(body))), body[:len(body)-1]...)
-	ended := make(chan error, n)
 	var endedCount atomic.Int32
-	var streams []network.Stream
-	for range n {
-		s, err := p.clientHost.NewStream(ctx, p.serverHost.ID(), p.server.Protocol())
-		workertest.Must(t, err)
-		streams = append(streams, s)
-		go func() {
-			_, err := s.Write(msg)
-			if err == nil {
-				var b [1]byte
-				_, err = s.Read(b[:]) // ends when the server resets it
-			}
-			endedCount.Add(1)
-			ended <- err
-		}()
-	}
-	// At most two streams fit the peer's bound; the others are reset. (A
-	// body's memory grows as its bytes come in, so two bodies half in can
-	// both find no room to grow while a third holds its share: then one is
-	// left.)
-	for range n - 2 {
-		select {
-		case err := <-ended:
-			if err == nil {
-				t.Fatal("a stream beyond the bound ended without an error")
-			}
-		case <-ctx.Done():
-			t.Fatalf("the streams beyond the per-peer bound were not reset; %d bytes incomplete", p.server.Incomplete())
-		}
-	}
+	streams := partialRequests(t, ctx, p, msg, n, n-2, &endedCount)
+	// At most two streams fit the peer's bound; the others are reset
+	// (partialRequests waits for those). (A body's memory grows as its
+	// bytes come in, so two bodies half in can both find no room to grow
+	// while a third holds its share: then one is left.)
 	testkit.WaitFor(t, 5*time.Second, "the held bodies to be fully in", func() error {
 		held := n - int(endedCount.Load())
 		if got := p.server.Incomplete(); got != held*len(body) || held < 1 {
@@ -92,7 +67,33 @@ func TestServer_IncompleteSmallRequestsBounded(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), workertest.FailAfter)
 	defer cancel()
 	msg := append(binary.BigEndian.AppendUint32(nil, claim), make([]byte, sent)...)
-	ended := make(chan error, n)
+	// At most two bodies of 60 KiB fit 128 KiB.
+	streams := partialRequests(t, ctx, p, msg, n, n-2, nil)
+	defer func() {
+		for _, s := range streams {
+			_ = s.Reset()
+		}
+	}()
+	// The bodies held (one or two) are counted once their bytes are in.
+	testkit.WaitFor(t, 5*time.Second, "the held bodies counted", func() error {
+		if got := p.server.Incomplete(); got == 0 {
+			return fmt.Errorf("%d bytes incomplete", got)
+		}
+		return nil
+	})
+	if got := p.server.Incomplete(); got > perPeer {
+		t.Errorf("%d bytes incomplete, want at most the per-peer bound of %d", got, perPeer)
+	}
+}
+
+// partialRequests opens n streams from p's client that each send msg, the
+// start of a request, and wait for the server to end them; it returns
+// once reset of them have ended with an error (failing the test when one
+// ends cleanly or ctx ends first), counting every end in ended (when not
+// nil).
+func partialRequests(t *testing.T, ctx context.Context, p *pair, msg []byte, n, reset int, ended *atomic.Int32) []network.Stream {
+	t.Helper()
+	errs := make(chan error, n)
 	var streams []network.Stream
 	for range n {
 		s, err := p.clientHost.NewStream(ctx, p.serverHost.ID(), p.server.Protocol())
@@ -104,18 +105,15 @@ func TestServer_IncompleteSmallRequestsBounded(t *testing.T) {
 				var b [1]byte
 				_, err = s.Read(b[:]) // ends when the server resets it
 			}
-			ended <- err
+			if ended != nil {
+				ended.Add(1)
+			}
+			errs <- err
 		}()
 	}
-	defer func() {
-		for _, s := range streams {
-			_ = s.Reset()
-		}
-	}()
-	// At most two bodies of 60 KiB fit 128 KiB.
-	for range n - 2 {
+	for range reset {
 		select {
-		case err := <-ended:
+		case err := <-errs:
 			if err == nil {
 				t.Fatal("a stream beyond the bound ended without an error")
 			}
@@ -123,14 +121,5 @@ func TestServer_IncompleteSmallRequestsBounded(t *testing.T) {
 			t.Fatalf("the streams beyond the per-peer bound were not reset; %d bytes incomplete", p.server.Incomplete())
 		}
 	}
-	// The bodies held (one or two) are counted once their bytes are in.
-	testkit.WaitFor(t, 5*time.Second, "the held bodies counted", func() error {
-		if got := p.server.Incomplete(); got == 0 {
-			return fmt.Errorf("%d bytes incomplete", got)
-		}
-		return nil
-	})
-	if got := p.server.Incomplete(); got > perPeer {
-		t.Errorf("%d bytes incomplete, want at most the per-peer bound of %d", got, perPeer)
-	}
+	return streams
 }

@@ -2,8 +2,12 @@ package protocol
 
 import (
 	"container/list"
+	"errors"
+	"fmt"
+	"io"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
 )
@@ -119,4 +123,137 @@ func (w *waitingSet) counts() (waiting int, closed uint64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.all.Len(), w.closed.Load()
+}
+
+// A stream between requests: waiting for the next one (next), ended by
+// the idle timeout (idleCheck) or the bounds and the server (endIdle).
+
+// next waits for the first byte of the stream's next request (its first
+// one when fresh), which serveOne then reads on. While it waits the stream
+// is idle: it holds no work slot, counts as no incomplete request and is
+// not being served for Drain; it is one of the streams waiting, the one
+// that waited longest of which the server closes beyond their bounds
+// (WithWaitingLimits). It reports false when the stream ended instead:
+// the client closed it (or broke it), or the server ended it, by the idle
+// timeout (the read timeout for a fresh stream), for the bounds (Close:
+// the client learns that no request of its was taken) or because the
+// server is closing.
+func (s *Server) next(c *wstream, fresh bool) bool {
+	c.idleFrom.Store(time.Now().UnixNano()) // before the state says idle (idleCheck)
+	c.state.Store(streamIdle)
+	if s.ctx.Err() != nil {
+		c.endIdle()
+		return false
+	}
+	if over := s.waiting.enter(c); len(over) > 0 {
+		// Closed on a goroutine of their own: a close can wait for the
+		// transport (a peer that stopped reading), and this stream's
+		// request is not theirs to wait for. The handler's count in wg
+		// keeps Close waiting for it too.
+		s.wg.Go(func() { s.waiting.close(over) })
+	}
+	defer s.waiting.leave(c)
+	// The idle timeout is a timer of the stream's, not a read deadline: a
+	// read that blocks with a deadline set costs the transport a timer of
+	// its own every time (QUIC's does). It is set once and checks, when
+	// it fires, how long the stream has been idle (idleCheck), so a
+	// stream that carries request after request costs no timer at all.
+	// On a stream idle for the timeout, endIdle closes it, which ends the
+	// read.
+	switch {
+	case fresh:
+		// A new stream: its first request is due within the read
+		// timeout, and no timer of the stream's is set yet.
+		_ = c.str.SetDeadline(time.Now().Add(s.cfg.readTimeout))
+	case c.idle == nil:
+		_ = c.str.SetDeadline(time.Time{})
+		c.idleTimeout = s.cfg.idleTimeout
+		c.idle = time.AfterFunc(c.idleTimeout, c.idleCheck)
+	default:
+		_ = c.str.SetDeadline(time.Time{})
+	}
+	var n int
+	var err error
+	if w := c.watch; w != nil {
+		// The watchdog's read, pending since the last request outlasted
+		// its grace period, is this one.
+		c.watch = nil
+		<-w.done
+		n, err, c.first[0] = w.n, w.err, w.b[0]
+	} else {
+		n, err = c.str.Read(c.first[:])
+	}
+	if !c.state.CompareAndSwap(streamIdle, streamBusy) {
+		return false // endIdle ended it (the idle timeout, the bounds, or the server closing); whatever arrived is not taken
+	}
+	if n == 0 && fresh {
+		s.noRequest(c, err)
+		return false
+	}
+	if n == 0 {
+		switch {
+		case errors.Is(err, io.EOF):
+			_ = c.str.Close() // the client is done with it
+		default:
+			_ = c.str.Reset()
+			s.cfg.log.WithField("peer", c.peer).Debugf("idle work stream ended: %v", err)
+		}
+		return false
+	}
+	c.pending = true
+	if !fresh {
+		// A fresh stream's request keeps the deadline it got on arrival:
+		// the whole of it is due within the read timeout.
+		_ = c.str.SetDeadline(time.Now().Add(s.cfg.readTimeout))
+	}
+	return true
+}
+
+// noRequest ends a fresh stream that ended, or passed its read timeout,
+// before the first byte of a request: reset, counted as malformed and
+// observed as a request that could not be read.
+func (s *Server) noRequest(c *wstream, err error) {
+	if errors.Is(err, io.EOF) {
+		err = fmt.Errorf("stream closed before a request: %w", ErrTruncated)
+	}
+	_ = c.str.Reset()
+	s.malformed.Add(1)
+	sr := ServedRequest{Peer: c.peer, Err: fmt.Errorf("read request: %w", err),
+		Duration: time.Since(time.Unix(0, c.idleFrom.Load()))}
+	s.cfg.log.WithField("peer", sr.Peer).Debugf("work stream ended without a response: %v", sr.Err)
+	if s.cfg.observe != nil {
+		s.cfg.observe(sr)
+	}
+}
+
+// idleCheck runs when the stream's idle timer fires: it ends a stream that
+// has waited for a request for the whole idle timeout, and otherwise sets
+// the timer again for when it would have.
+func (c *wstream) idleCheck() {
+	if c.ended.Load() {
+		return
+	}
+	wait := c.idleTimeout
+	if c.state.Load() == streamIdle {
+		if wait -= time.Since(time.Unix(0, c.idleFrom.Load())); wait <= 0 {
+			c.endIdle()
+			return
+		}
+	}
+	c.idle.Reset(wait)
+}
+
+// endIdle ends the stream if it is waiting for a request: the server is
+// closing, the stream has been idle for the idle timeout, or it is beyond
+// the bounds on waiting streams. A stream carrying a request ends after
+// its response (next).
+func (c *wstream) endIdle() { c.closeIfIdle() }
+
+// closeIfIdle is endIdle, reporting whether it ended the stream.
+func (c *wstream) closeIfIdle() bool {
+	if c.state.CompareAndSwap(streamIdle, streamEnded) {
+		_ = c.str.Close()
+		return true
+	}
+	return false
 }

@@ -557,17 +557,22 @@ func (p *Plan) offerable(e *entry) bool {
 // handed out, without handing them out: a dispatcher dials them ahead so
 // that one dead candidate does not cost its whole connect timeout serially.
 // It spends no budget and moves no cursor.
-func (p *Plan) Upcoming(n int) []string {
+func (p *Plan) Upcoming(n int) []string { return p.AppendUpcoming(nil, n) }
+
+// AppendUpcoming is Upcoming appending to dst, for a caller that keeps
+// room for them.
+func (p *Plan) AppendUpcoming(dst []string, n int) []string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.view == nil || p.decided || n <= 0 {
-		return nil
+		return dst
 	}
 	n = min(n, p.lim.maxRemote-len(p.tried))
 	if p.beyondHead {
 		n = 0
 	}
-	var out []string
+	out, from := dst, len(dst)
+	n += from
 	for gi := p.cursor; gi < len(p.view.groups) && len(out) < n; gi++ {
 		members := p.view.groups[gi].members
 		// Walk from where pickInGroup starts, so that round-robin and
@@ -581,7 +586,7 @@ func (p *Plan) Upcoming(n int) []string {
 				break
 			}
 			e := members[(start+i)%len(members)]
-			if p.offerable(e) && !slices.Contains(out, e.id) {
+			if p.offerable(e) && !slices.Contains(out[from:], e.id) {
 				out = append(out, e.id)
 			}
 		}

@@ -183,6 +183,10 @@ func TestPlan_UpcomingPeeksWithoutSpending(t *testing.T) {
 	if got := p.Upcoming(5); !eq(got, []string{"f2", "a1"}) {
 		t.Fatalf("upcoming after %s: %v, want [f2 a1] (bounded by max-remote-workers 3)", first.Peer, got)
 	}
+	// Appended after what the caller holds, bounded the same.
+	if got := p.AppendUpcoming(make([]string, 1, 4), 5); !eq(got, []string{"", "f2", "a1"}) {
+		t.Fatalf("AppendUpcoming after one held: %v, want [ f2 a1]", got)
+	}
 	if got := walk(t, p, RetryableError); !eq(got, []string{"f2", "a1"}) {
 		t.Fatalf("Upcoming must not spend budget: then tried %v", got)
 	}

@@ -250,7 +250,8 @@ func (d *Dispatcher) Selector() *selection.Selector { return d.sel }
 func (d *Dispatcher) Dispatch(ctx context.Context, req WorkRequest) WorkResult {
 	start := time.Now()
 	if req.ID == "" {
-		req.ID = d.prefix + strconv.FormatUint(d.seq.Add(1), 10)
+		var b [64]byte
+		req.ID = string(strconv.AppendUint(append(b[:0], d.prefix...), d.seq.Add(1), 10))
 	}
 	if !d.requests.Enter() {
 		res := WorkResult{RequestID: req.ID, Status: apiv1.StatusUnavailable, Error: workers.ErrShuttingDown, Duration: time.Since(start)}

@@ -72,6 +72,8 @@ type attemptLoop struct {
 	// inline is the inline strategy, kept here so that the common path
 	// allocates nothing of its own: the loop is one allocation.
 	inline inline
+	// ahead is room for the peers launch dials ahead.
+	ahead [16]string
 	// outOfTime is set once an attempt failed having used its whole
 	// budget: no attempt starts after it, and the request ends as timed
 	// out unless an attempt still running (a hedge on a nearer worker,
@@ -213,7 +215,7 @@ func (l *attemptLoop) cutShort() bool {
 // another.
 func (l *attemptLoop) launch(s strategy, pk selection.Pick) {
 	s.start(pk)
-	for _, id := range l.plan.Upcoming(l.d.cfg.Worker.MaxRemoteWorkers) {
+	for _, id := range l.plan.AppendUpcoming(l.ahead[:0], l.d.cfg.Worker.MaxRemoteWorkers) {
 		l.dials.start(id)
 	}
 }

@@ -188,7 +188,7 @@ func (s *Server) handle(str network.Stream) {
 	var cancel context.CancelFunc
 	c.ctx, cancel = context.WithCancel(s.ctx)
 	defer cancel()
-	defer context.AfterFunc(c.ctx, c.endIdle)()
+	defer context.AfterFunc(c.ctx, c.contextEnded)()
 	// A new stream waits for its first request as a kept one waits for its
 	// next (next), among the streams waiting (WithWaitingLimits), for the
 	// request read timeout rather than the idle timeout.
@@ -249,10 +249,18 @@ type wstream struct {
 	// ctx ends when the server closes or the stream is done with.
 	ctx context.Context
 	// reqs, a child of ctx, is the parent of the stream's requests'
-	// contexts: cancelRequests cancels the request running with a cause
-	// (its Ticket's Cancel), and requests makes a new one for the next.
+	// contexts (requestCtx): cancelRequests cancels it and the request
+	// running with a cause (its Ticket's Cancel), endRequests only it, and
+	// requests makes a new one for the next request.
 	reqs           context.Context
 	cancelRequests context.CancelCauseFunc
+	endRequests    context.CancelCauseFunc
+	// cur is the context of the request running (nil between requests),
+	// guarded by dmu; deadline is the stream's timer for its deadline
+	// (begin, deadlinePassed).
+	dmu      sync.Mutex
+	cur      *requestCtx
+	deadline *time.Timer
 	// state is streamIdle while the stream waits for a request (only
 	// then may endIdle end it), streamBusy while it carries one.
 	state atomic.Int32
@@ -301,7 +309,12 @@ type wstream struct {
 // request context, made again once a request's Ticket cancelled it.
 func (c *wstream) requests() context.Context {
 	if c.reqs == nil || c.reqs.Err() != nil {
-		c.reqs, c.cancelRequests = context.WithCancelCause(c.ctx)
+		c.reqs, c.endRequests = context.WithCancelCause(c.ctx)
+		end := c.endRequests
+		c.cancelRequests = func(cause error) {
+			end(cause)
+			c.endCurrent()
+		}
 	}
 	return c.reqs
 }
@@ -356,8 +369,8 @@ func (s *Server) run(c *wstream, req *Request, sr *ServedRequest) {
 		budget = s.cfg.maxWorkTime
 	}
 	deadline := time.Now().Add(budget)
-	ctx, cancel := context.WithDeadline(c.requests(), deadline)
-	defer cancel()
+	ctx := c.begin(deadline)
+	defer c.finish(ctx)
 	_ = c.str.SetDeadline(deadline.Add(writeSlack))
 
 	// A peer's work takes only the peers' share (local-reserve). Its

@@ -1,7 +1,6 @@
 package protocol
 
 import (
-	"container/list"
 	"errors"
 	"fmt"
 	"io"
@@ -52,18 +51,61 @@ type waitingSet struct {
 	lim bounds
 
 	mu     sync.Mutex
-	all    list.List // of *wstream
-	byPeer map[peer.ID]*list.List
+	all    waitList
+	byPeer map[peer.ID]*waitList
 	closed atomic.Uint64 // streams closed for a bound
 }
 
-// waitingPlace is where a stream is in a waitingSet, guarded by its mu.
+// The lists a waiting stream is on: of all streams, of its peer's.
+const (
+	onAll = iota
+	onPeer
+)
+
+// waitingPlace is where a stream is in a waitingSet, guarded by its mu:
+// its neighbours on each list (the lists are linked through the streams,
+// so that waiting costs no allocation).
 type waitingPlace struct {
-	all, peer *list.Element
+	in         bool
+	prev, next [2]*wstream
+}
+
+// waitList is a list of waiting streams, oldest first, linked through
+// their waitingPlace's links of one kind (onAll or onPeer).
+type waitList struct {
+	head, tail *wstream
+	n          int
+}
+
+func (l *waitList) push(c *wstream, k int) {
+	c.waiting.prev[k], c.waiting.next[k] = l.tail, nil
+	if l.tail != nil {
+		l.tail.waiting.next[k] = c
+	} else {
+		l.head = c
+	}
+	l.tail = c
+	l.n++
+}
+
+func (l *waitList) remove(c *wstream, k int) {
+	p, n := c.waiting.prev[k], c.waiting.next[k]
+	if p != nil {
+		p.waiting.next[k] = n
+	} else {
+		l.head = n
+	}
+	if n != nil {
+		n.waiting.prev[k] = p
+	} else {
+		l.tail = p
+	}
+	c.waiting.prev[k], c.waiting.next[k] = nil, nil
+	l.n--
 }
 
 func newWaitingSet(lim bounds) *waitingSet {
-	return &waitingSet{lim: lim, byPeer: map[peer.ID]*list.List{}}
+	return &waitingSet{lim: lim, byPeer: map[peer.ID]*waitList{}}
 }
 
 // enter adds c, which is about to wait for a request, and takes out and
@@ -73,15 +115,17 @@ func (w *waitingSet) enter(c *wstream) (over []*wstream) {
 	w.mu.Lock()
 	pl := w.byPeer[c.peer]
 	if pl == nil {
-		pl = list.New()
+		pl = &waitList{}
 		w.byPeer[c.peer] = pl
 	}
-	c.waiting.all, c.waiting.peer = w.all.PushBack(c), pl.PushBack(c)
-	for pl.Len() > w.lim.perPeer {
-		over = append(over, w.removeLocked(pl.Front().Value.(*wstream)))
+	w.all.push(c, onAll)
+	pl.push(c, onPeer)
+	c.waiting.in = true
+	for pl.n > w.lim.perPeer {
+		over = append(over, w.removeLocked(pl.head))
 	}
-	for w.all.Len() > w.lim.total {
-		over = append(over, w.removeLocked(w.all.Front().Value.(*wstream)))
+	for w.all.n > w.lim.total {
+		over = append(over, w.removeLocked(w.all.head))
 	}
 	w.mu.Unlock()
 	return over
@@ -101,20 +145,20 @@ func (w *waitingSet) close(over []*wstream) {
 // ended); it may have been removed already.
 func (w *waitingSet) leave(c *wstream) {
 	w.mu.Lock()
-	if c.waiting.all != nil {
+	if c.waiting.in {
 		w.removeLocked(c)
 	}
 	w.mu.Unlock()
 }
 
 func (w *waitingSet) removeLocked(c *wstream) *wstream {
-	w.all.Remove(c.waiting.all)
+	w.all.remove(c, onAll)
 	pl := w.byPeer[c.peer]
-	pl.Remove(c.waiting.peer)
-	if pl.Len() == 0 {
+	pl.remove(c, onPeer)
+	if pl.n == 0 {
 		delete(w.byPeer, c.peer)
 	}
-	c.waiting = waitingPlace{}
+	c.waiting.in = false
 	return c
 }
 
@@ -122,7 +166,7 @@ func (w *waitingSet) removeLocked(c *wstream) *wstream {
 func (w *waitingSet) counts() (waiting int, closed uint64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.all.Len(), w.closed.Load()
+	return w.all.n, w.closed.Load()
 }
 
 // A stream between requests: waiting for the next one (next), ended by
@@ -241,6 +285,14 @@ func (c *wstream) idleCheck() {
 		}
 	}
 	c.idle.Reset(wait)
+}
+
+// contextEnded ends the stream once its context has ended (the server
+// is closing): at once if it is waiting for a request, or else the
+// request running, whose response then ends it.
+func (c *wstream) contextEnded() {
+	c.endIdle()
+	c.endCurrent()
 }
 
 // endIdle ends the stream if it is waiting for a request: the server is

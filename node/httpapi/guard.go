@@ -14,6 +14,10 @@ import (
 // body (see BodyTimeout).
 const DefaultBodyTimeout = 30 * time.Second
 
+// DefaultResponseTimeout bounds the time a client may take to read a
+// response once it begins (see ResponseTimeout).
+const DefaultResponseTimeout = 30 * time.Second
+
 // Guard refuses what a web page in the operator's browser could make the
 // API do, and what no client of the API sends:
 //   - a request a browser marks as coming from a page: an Origin header,
@@ -105,6 +109,48 @@ func BodyTimeout(d time.Duration, next http.Handler) http.Handler {
 		next.ServeHTTP(w, r)
 	})
 }
+
+// ResponseTimeout gives a client d to take its response, from when the
+// response begins, so that a client that stops reading holds the handler
+// (its goroutine, its output) for d at most: the write deadline is set at
+// the response's status line. Until then the request may wait for its
+// work as long as it takes (net/http lifts the deadline once a response
+// is done).
+func ResponseTimeout(d time.Duration, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		next.ServeHTTP(&deadlineWriter{ResponseWriter: w, rc: http.NewResponseController(w), d: d}, r)
+	})
+}
+
+// deadlineWriter sets the write deadline when the response begins.
+type deadlineWriter struct {
+	http.ResponseWriter
+	rc  *http.ResponseController
+	d   time.Duration
+	set bool
+}
+
+func (w *deadlineWriter) begin() {
+	if !w.set {
+		w.set = true
+		_ = w.rc.SetWriteDeadline(time.Now().Add(w.d))
+	}
+}
+
+func (w *deadlineWriter) WriteHeader(code int) {
+	if code >= http.StatusOK { // not an informational answer: the response itself
+		w.begin()
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *deadlineWriter) Write(b []byte) (int, error) {
+	w.begin()
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap gives http.ResponseController the writer underneath.
+func (w *deadlineWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // deadlineBody lifts the read deadline once the body has been read to
 // its end, or failed.

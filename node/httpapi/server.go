@@ -17,7 +17,8 @@ const shutdownTimeout = 2 * time.Second
 
 // Server is the one HTTP server of a process. Packages mount their routes
 // on it with Handle; every request passes, in this order, panic recovery
-// (a panic is a JSON 500), the guard against web pages and non-JSON
+// (a panic is a JSON 500), the response's time limit once it begins
+// (ResponseTimeout), the guard against web pages and non-JSON
 // bodies (Guard), the body's time limit (BodyTimeout), the token check
 // (RequireToken) and the mux,
 // whose answers to an unknown path (404) and to a wrong method (405, with
@@ -27,6 +28,8 @@ type Server struct {
 	mux         *http.ServeMux
 	handler     http.Handler
 	bodyTimeout time.Duration
+	// responseTimeout bounds the writing of a response (ResponseTimeout).
+	responseTimeout time.Duration
 
 	srv  *http.Server
 	ln   net.Listener
@@ -44,15 +47,21 @@ func WithBodyTimeout(d time.Duration) Option {
 	return func(s *Server) { s.bodyTimeout = d }
 }
 
+// WithResponseTimeout sets how long a client may take to read a response
+// once it begins (default DefaultResponseTimeout).
+func WithResponseTimeout(d time.Duration) Option {
+	return func(s *Server) { s.responseTimeout = d }
+}
+
 // New returns a server that requires token (none when empty; see
 // CheckExposure) and logs panics, serve errors and refused tokens to log.
 // It does not listen until Start.
 func New(token string, log *logrus.Logger, opts ...Option) *Server {
-	s := &Server{log: log, mux: http.NewServeMux(), bodyTimeout: DefaultBodyTimeout}
+	s := &Server{log: log, mux: http.NewServeMux(), bodyTimeout: DefaultBodyTimeout, responseTimeout: DefaultResponseTimeout}
 	for _, o := range opts {
 		o(s)
 	}
-	s.handler = Recover(log, Guard(token, BodyTimeout(s.bodyTimeout, RequireToken(token, log, http.HandlerFunc(s.route)))))
+	s.handler = Recover(log, ResponseTimeout(s.responseTimeout, Guard(token, BodyTimeout(s.bodyTimeout, RequireToken(token, log, http.HandlerFunc(s.route))))))
 	return s
 }
 

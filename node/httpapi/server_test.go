@@ -269,3 +269,67 @@ func TestServerBodyTimeout(t *testing.T) {
 		t.Errorf("work after its body: %d %s, want 200", resp.StatusCode, b)
 	}
 }
+
+// TestServerResponseTimeout: a client that stops reading its response
+// holds the handler for the response timeout at most (its write fails),
+// and the timeout runs from when the response begins: work that takes
+// longer than it, on a connection an earlier response used, is answered.
+func TestServerResponseTimeout(t *testing.T) {
+	const timeout = 300 * time.Millisecond
+	s := New("", quietLogger(), WithResponseTimeout(timeout))
+	wrote := make(chan error, 1)
+	chunk := make([]byte, 64<<10)
+	if err := s.Handle("GET /v1/big", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/octet-stream")
+		var err error
+		for i := 0; i < 1024 && err == nil; i++ { // 64 MiB, far beyond what the sockets hold
+			_, err = w.Write(chunk)
+		}
+		wrote <- err
+	})); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Handle("GET /v1/slow", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(2 * timeout) // work that outlasts the response timeout
+		_ = WriteJSON(w, http.StatusOK, map[string]bool{"done": true})
+	})); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+
+	// A client that asks and never reads.
+	conn, err := net.Dial("tcp", s.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "GET /v1/big HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+	start := time.Now()
+	select {
+	case err := <-wrote:
+		t.Logf("write: %v after %s", err, time.Since(start))
+		if err == nil {
+			t.Fatal("64 MiB written to a client that reads nothing")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the handler still writes to a client that stopped reading")
+	}
+
+	// Two slow answers on one kept-alive connection: each is written.
+	client := &http.Client{Transport: &http.Transport{MaxConnsPerHost: 1}}
+	defer client.CloseIdleConnections()
+	for i := range 2 {
+		resp, err := client.Get("http://" + s.Addr() + "/v1/slow")
+		if err != nil {
+			t.Fatalf("slow request %d: %v", i, err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"done": true`) {
+			t.Fatalf("slow request %d: %d %q %v", i, resp.StatusCode, body, err)
+		}
+	}
+}

@@ -55,7 +55,8 @@ func TestPackageGraph(t *testing.T) {
 		"workers":          {"selection"},
 		"workers/builtin":  {"workers"},
 		"workers/pool":     {"workers", "config", "node", "node/scrape"},
-		"workers/protocol": {"workers", "workers/pool", "config", "node/frame", "node/scrape"},
+		"workers/protocol": {"workers", "workers/pool", "workers/reqctx", "config", "node/frame", "node/scrape"},
+		"workers/reqctx":   {},
 		"workers/access":   {"workers", "config"},
 		"workers/faults":   {"workers", "workers/pool", "config", "node", "node/httpapi", "node/apiv1"},
 		"workers/httpwork": {"workers", "config"},
@@ -63,7 +64,7 @@ func TestPackageGraph(t *testing.T) {
 		"workers/stack": {"config", "node", "node/authority", "node/apiv1", "node/httpapi", "workers", "workers/access", "workers/api", "workers/builtin",
 			"workers/custom", "workers/dispatch", "workers/faults", "workers/httpwork", "workers/jsonrpc", "workers/pool", "workers/protocol"},
 		"workers/jsonrpc":    {"workers", "workers/httpwork", "config", "node/httpapi"},
-		"workers/dispatch":   {"workers", "workers/builtin", "workers/pool", "workers/protocol", "config", "node", "node/apiv1", "node/scrape", "selection"},
+		"workers/dispatch":   {"workers", "workers/builtin", "workers/pool", "workers/protocol", "workers/reqctx", "config", "node", "node/apiv1", "node/scrape", "selection"},
 		"workers/workertest": {"workers", "workers/builtin", "workers/pool", "config"},
 		"node/authority":     {},
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/workmesh/workmesh/workers/builtin"
 	"github.com/workmesh/workmesh/workers/pool"
 	"github.com/workmesh/workmesh/workers/protocol"
+	"github.com/workmesh/workmesh/workers/reqctx"
 )
 
 // DefaultRequestTimeout bounds a request that sets no timeout of its own.
@@ -265,8 +266,11 @@ func (d *Dispatcher) Dispatch(ctx context.Context, req WorkRequest) WorkResult {
 	if timeout <= 0 {
 		timeout = DefaultRequestTimeout
 	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
+	// The request's context (context.WithTimeout's behaviour, at less
+	// cost a request; see reqctx): its attempts' calls watch it.
+	rctx := reqctx.WithDeadline(ctx, start.Add(timeout))
+	defer rctx.Stop()
+	ctx = rctx
 	// Only hedging asks whether the request is idempotent (for jsonrpc
 	// that reads the payload).
 	sreq := selection.Request{WorkType: req.Type, Labels: req.Labels, Idempotent: d.cfg.Hedge.MaxCount > 0 && d.catalog.Idempotent(req.Type, req.Payload)}

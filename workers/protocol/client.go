@@ -278,9 +278,25 @@ func (c *Client) call(ctx context.Context, cs *cstream, req *Request, acceptBy t
 	if cs.reset == nil {
 		cs.reset = func() { _ = cs.str.Reset() } // made once per stream, not per call
 	}
-	stop := context.AfterFunc(ctx, cs.reset)
+	// A request context of workmesh's (the dispatcher's) is watched at no
+	// cost; any other, or one watched already, through the context
+	// package.
+	w, watched := ctx.(watcher)
+	if watched {
+		watched = w.Watch(cs.reset)
+	}
+	var stop func() bool
+	if !watched {
+		stop = context.AfterFunc(ctx, cs.reset)
+	}
 	resp, whole, err := c.exchange(ctx, cs, req, acceptBy)
-	if !stop() || err == nil && pastDeadline(ctx) {
+	var stopped bool
+	if watched {
+		stopped = w.Unwatch()
+	} else {
+		stopped = stop()
+	}
+	if !stopped || err == nil && pastDeadline(ctx) {
 		// Reset by the context, or its deadline passed and its timer is
 		// late: the call ends with its context, as it would have had
 		// the reset come a moment sooner (Do wraps the context's error).
@@ -298,6 +314,15 @@ func (c *Client) call(ctx context.Context, cs *cstream, req *Request, acceptBy t
 	cs.used = true
 	c.put(cs)
 	return resp, nil
+}
+
+// watcher is a context that one caller at a time may watch for its end
+// with no allocation (reqctx.Ctx): Watch has f run when it ends, and
+// reports false when it has ended or is watched already; Unwatch undoes
+// that, reporting false once f ran or runs.
+type watcher interface {
+	Watch(f func()) bool
+	Unwatch() bool
 }
 
 // pastDeadline reports whether ctx's deadline has passed.

@@ -19,6 +19,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/workmesh/workmesh/workers"
 	"github.com/workmesh/workmesh/workers/pool"
+	"github.com/workmesh/workmesh/workers/reqctx"
 	"github.com/workmesh/workmesh/workers/workertest"
 )
 
@@ -234,6 +235,47 @@ func TestProtocol_ClientCancelCancelsServerHandler(t *testing.T) {
 	}
 	if st := p.server.Stats(); st.Dropped != 1 {
 		t.Errorf("Stats().Dropped = %d, want 1", st.Dropped)
+	}
+}
+
+// TestProtocol_RequestContextEndResetsTheCall: a call under the
+// dispatcher's request context (reqctx), which the client watches without
+// context.AfterFunc, ends when that context does, its caller cancelling it
+// or its deadline passing, and the worker's handler is cancelled as the
+// client is gone.
+func TestProtocol_RequestContextEndResetsTheCall(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		want error
+	}{{"cancelled", context.Canceled}, {"deadline", context.DeadlineExceeded}} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := workertest.NewGate(true)
+			defer g.Open()
+			p := newPair(t, map[string]workers.Handler{"gate": g})
+			parent, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			timeout := time.Minute
+			if tc.want == context.DeadlineExceeded {
+				timeout = 300 * time.Millisecond
+			}
+			ctx := reqctx.WithDeadline(parent, time.Now().Add(timeout))
+			defer ctx.Stop()
+			errc := make(chan error, 1)
+			go func() {
+				_, err := p.client.Do(ctx, p.serverHost.ID(), Request{Type: "gate", Timeout: time.Minute})
+				errc <- err
+			}()
+			workertest.Recv(t, g.Started, "the handler to start")
+			if tc.want == context.Canceled {
+				cancel()
+			}
+			if err := workertest.Recv(t, errc, "the client to return"); !errors.Is(err, tc.want) {
+				t.Errorf("client error = %v, want %v", err, tc.want)
+			}
+			if cause := workertest.Recv(t, g.Cancelled, "the server handler's context to be cancelled"); !errors.Is(cause, ErrClientGone) {
+				t.Errorf("handler context cause = %v, want ErrClientGone", cause)
+			}
+		})
 	}
 }
 

@@ -151,8 +151,9 @@ func TestRequestContextLateTimerLeavesNextRequest(t *testing.T) {
 	first := c.begin(time.Now().Add(time.Millisecond))
 	c.finish(first)
 	next := c.begin(time.Now().Add(time.Minute))
-	for time.Now().Before(first.deadline) {
-		<-time.After(time.Until(first.deadline))
+	firstDeadline, _ := first.Deadline()
+	for time.Now().Before(firstDeadline) {
+		<-time.After(time.Until(firstDeadline))
 	}
 	c.deadlinePassed() // the first request's timer, late
 	if err := next.Err(); err != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/workmesh/workmesh/node/frame"
 	"github.com/workmesh/workmesh/workers"
 	"github.com/workmesh/workmesh/workers/pool"
+	"github.com/workmesh/workmesh/workers/reqctx"
 )
 
 // ServedRequest describes one request the server handled (a stream
@@ -255,12 +256,14 @@ type wstream struct {
 	reqs           context.Context
 	cancelRequests context.CancelCauseFunc
 	endRequests    context.CancelCauseFunc
-	// cur is the context of the request running (nil between requests),
-	// guarded by dmu; deadline is the stream's timer for its deadline
-	// (begin, deadlinePassed).
-	dmu      sync.Mutex
-	cur      *requestCtx
-	deadline *time.Timer
+	// cur is the context of the request running (nil between requests)
+	// and curEndParent the endRequests of its parent, guarded by dmu;
+	// deadline is the stream's timer for its deadline (begin,
+	// deadlinePassed).
+	dmu          sync.Mutex
+	cur          *reqctx.Ctx
+	curEndParent context.CancelCauseFunc
+	deadline     *time.Timer
 	// state is streamIdle while the stream waits for a request (only
 	// then may endIdle end it), streamBusy while it carries one.
 	state atomic.Int32

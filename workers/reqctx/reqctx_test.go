@@ -1,0 +1,198 @@
+package reqctx
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+type key struct{}
+
+// ended waits for ctx to end, within a bound.
+func ended(t *testing.T, ctx context.Context, what string) {
+	t.Helper()
+	select {
+	case <-ctx.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatalf("%s: not done", what)
+	}
+}
+
+// TestWithDeadlineBehavesAsContextWithDeadline: a request context made by
+// WithDeadline says what context.WithDeadline's says, for itself and for
+// a context derived from it (Err, Cause, Deadline, values), when its
+// deadline passes, when its parent is cancelled with a cause, when it is
+// stopped, when the parent's deadline is the earlier, and when it is made
+// already ended. Each case runs on both, side by side.
+func TestWithDeadlineBehavesAsContextWithDeadline(t *testing.T) {
+	errGone := errors.New("caller gone")
+	type side struct {
+		ctx, child context.Context
+		stop       func()
+		cancel     context.CancelCauseFunc // the parent's
+	}
+	type pair struct{ std, own side }
+	start := func(t *testing.T, d time.Duration, parentD time.Duration, cancelFirst bool) *pair {
+		t.Helper()
+		deadline, parentDeadline := time.Now().Add(d), time.Now().Add(parentD)
+		mk := func(own bool) side {
+			var parent context.Context = context.WithValue(context.Background(), key{}, "v")
+			parent, pcancel := context.WithCancelCause(parent)
+			if parentD > 0 {
+				var c context.CancelFunc
+				parent, c = context.WithDeadline(parent, parentDeadline)
+				t.Cleanup(c)
+			}
+			if cancelFirst {
+				pcancel(errGone)
+			}
+			s := side{cancel: pcancel}
+			if own {
+				c := WithDeadline(parent, deadline)
+				s.ctx, s.stop = c, c.Stop
+			} else {
+				var c context.CancelFunc
+				s.ctx, c = context.WithDeadline(parent, deadline)
+				s.stop = c
+			}
+			var cc context.CancelFunc
+			s.child, cc = context.WithCancel(s.ctx)
+			t.Cleanup(cc)
+			t.Cleanup(s.stop)
+			t.Cleanup(func() { pcancel(nil) })
+			return s
+		}
+		return &pair{std: mk(false), own: mk(true)}
+	}
+	same := func(t *testing.T, p *pair, when string) {
+		t.Helper()
+		for _, c := range []struct {
+			name     string
+			std, own context.Context
+		}{{"request", p.std.ctx, p.own.ctx}, {"derived", p.std.child, p.own.child}} {
+			if s, o := c.std.Err(), c.own.Err(); s != o {
+				t.Errorf("%s, %s context: Err %v, want %v", when, c.name, o, s)
+			}
+			if s, o := context.Cause(c.std), context.Cause(c.own); s != o {
+				t.Errorf("%s, %s context: Cause %v, want %v", when, c.name, o, s)
+			}
+			sd, sok := c.std.Deadline()
+			od, ook := c.own.Deadline()
+			if sok != ook || !sd.Equal(od) {
+				t.Errorf("%s, %s context: Deadline %v %v, want %v %v", when, c.name, od, ook, sd, sok)
+			}
+			if v := c.own.Value(key{}); v != "v" {
+				t.Errorf("%s, %s context: Value %v, want the parent's v", when, c.name, v)
+			}
+		}
+	}
+
+	t.Run("running", func(t *testing.T) {
+		p := start(t, time.Minute, 0, false)
+		select {
+		case <-p.own.ctx.Done():
+			t.Fatal("done while running")
+		default:
+		}
+		same(t, p, "running")
+	})
+	t.Run("deadline", func(t *testing.T) {
+		p := start(t, 30*time.Millisecond, 0, false)
+		ended(t, p.std.child, "std")
+		ended(t, p.own.child, "own")
+		same(t, p, "at the deadline")
+		p.std.stop()
+		p.own.stop()
+		same(t, p, "stopped after the deadline")
+	})
+	t.Run("parent cancelled", func(t *testing.T) {
+		p := start(t, time.Minute, 0, false)
+		p.std.cancel(errGone)
+		p.own.cancel(errGone)
+		ended(t, p.own.child, "own") // a moment later: context.AfterFunc's goroutine
+		same(t, p, "parent cancelled")
+	})
+	t.Run("stopped", func(t *testing.T) {
+		p := start(t, time.Minute, 0, false)
+		p.std.stop()
+		p.own.stop()
+		select {
+		case <-p.own.child.Done(): // at once, as the standard's
+		default:
+			t.Fatal("derived context not done when Stop returned")
+		}
+		same(t, p, "stopped")
+	})
+	t.Run("parent deadline first", func(t *testing.T) {
+		p := start(t, time.Minute, 30*time.Millisecond, false)
+		same(t, p, "running")
+		ended(t, p.std.child, "std")
+		ended(t, p.own.child, "own")
+		same(t, p, "at the parent's deadline")
+	})
+	t.Run("parent already cancelled", func(t *testing.T) {
+		p := start(t, time.Minute, 0, true)
+		same(t, p, "made under a cancelled parent")
+	})
+	t.Run("deadline already passed", func(t *testing.T) {
+		p := start(t, -time.Second, 0, false)
+		same(t, p, "made past its deadline")
+	})
+}
+
+// TestWatch: a watched function runs once when the context ends, and
+// Unwatch says whether it was undone in time; there is one watcher at a
+// time, and none on an ended context.
+func TestWatch(t *testing.T) {
+	c := WithDeadline(context.Background(), time.Now().Add(time.Minute))
+	ran := 0
+	if !c.Watch(func() { ran++ }) {
+		t.Fatal("Watch refused on a running context")
+	}
+	if c.Watch(func() {}) {
+		t.Fatal("a second watcher was taken")
+	}
+	if !c.Unwatch() || ran != 0 {
+		t.Fatalf("Unwatch before the end: ran %d", ran)
+	}
+	if !c.Watch(func() { ran++ }) {
+		t.Fatal("Watch refused after Unwatch")
+	}
+	c.Stop()
+	if ran != 1 {
+		t.Fatalf("watched function ran %d times at the end, want once", ran)
+	}
+	if c.Unwatch() {
+		t.Fatal("Unwatch after the function ran reported it undone")
+	}
+	if c.Watch(func() { ran++ }) {
+		t.Fatal("Watch taken on an ended context")
+	}
+	if !errors.Is(c.Err(), context.Canceled) {
+		t.Fatalf("Err after Stop: %v", c.Err())
+	}
+}
+
+// TestDerivedContextStartsNoGoroutine: a context derived from a request
+// context is linked through its AfterFunc, not a goroutine the context
+// package starts for a context type it does not know; stopping the
+// derived one unlinks it.
+func TestDerivedContextStartsNoGoroutine(t *testing.T) {
+	c := WithDeadline(context.Background(), time.Now().Add(time.Minute))
+	defer c.Stop()
+	child, cancel := context.WithCancel(c)
+	c.mu.Lock()
+	n := len(c.after)
+	c.mu.Unlock()
+	if n != 1 {
+		t.Fatalf("%d functions registered by a derived context, want 1", n)
+	}
+	cancel()
+	c.mu.Lock()
+	n = len(c.after)
+	c.mu.Unlock()
+	if n != 0 || child.Err() == nil {
+		t.Fatalf("after the derived context's cancel: %d registered, Err %v", n, child.Err())
+	}
+}

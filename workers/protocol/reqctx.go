@@ -10,7 +10,7 @@ import (
 // A request's context on the work server is a reqctx.Ctx whose parent is
 // the stream's request context (wstream.reqs), ended as
 // context.WithDeadline(reqs, deadline) would be: at the deadline by the
-// stream's one timer, set again for each request, and with reqs by the
+// stream's one timer, and with reqs by the
 // stream's hooks (its cancelRequests, and contextEnded). A stream carries
 // one request at a time.
 
@@ -21,40 +21,65 @@ func (c *wstream) begin(deadline time.Time) *reqctx.Ctx {
 	r := reqctx.New(parent, deadline)
 	c.dmu.Lock()
 	c.cur, c.curEndParent = r, c.endRequests
+	// The timer is set only when it would fire after this deadline, or
+	// not at all: one request after another on the stream, each with its
+	// deadline seconds away, costs it nothing (deadlinePassed sets it
+	// again for the request running when it fires early).
+	switch {
+	case c.deadline == nil:
+		c.deadline = time.AfterFunc(time.Until(deadline), c.deadlinePassed)
+		c.deadlineAt = deadline
+	case c.deadlineAt.IsZero() || deadline.Before(c.deadlineAt):
+		c.deadline.Reset(time.Until(deadline))
+		c.deadlineAt = deadline
+	}
 	c.dmu.Unlock()
 	if parent.Err() != nil {
 		r.End(context.Canceled)
-	}
-	if wait := time.Until(deadline); c.deadline == nil {
-		c.deadline = time.AfterFunc(wait, c.deadlinePassed)
-	} else {
-		c.deadline.Reset(wait)
 	}
 	return r
 }
 
 // finish ends the context of a request that is done with, as the cancel
-// of WithDeadline would.
+// of WithDeadline would. The timer stays set, for a request to come.
 func (c *wstream) finish(r *reqctx.Ctx) {
-	c.deadline.Stop()
 	c.dmu.Lock()
 	c.cur, c.curEndParent = nil, nil
 	c.dmu.Unlock()
 	r.End(context.Canceled)
 }
 
-// deadlinePassed runs when the stream's deadline timer fires: it ends the
+// deadlinePassed runs when the stream's deadline timer fires. It ends the
 // running request's context, and the stream's request context with it
-// (so that DeadlineExceeded stays the cause), if that request's deadline
-// has passed (the timer may fire late, for a request done with meanwhile).
+// (so that DeadlineExceeded stays the cause), once that request's
+// deadline has passed; it sets the timer again for a request whose
+// deadline is still to come (the timer was set for an earlier one), and
+// leaves it for a stream between requests.
 func (c *wstream) deadlinePassed() {
 	c.dmu.Lock()
 	defer c.dmu.Unlock()
-	if r := c.cur; r != nil {
-		if dl, _ := r.Deadline(); !time.Now().Before(dl) {
-			r.End(context.DeadlineExceeded)
-			c.curEndParent(context.DeadlineExceeded)
-		}
+	c.deadlineAt = time.Time{}
+	r := c.cur
+	if r == nil {
+		return
+	}
+	dl, _ := r.Deadline()
+	if wait := time.Until(dl); wait > 0 {
+		c.deadline.Reset(wait)
+		c.deadlineAt = dl
+		return
+	}
+	r.End(context.DeadlineExceeded)
+	c.curEndParent(context.DeadlineExceeded)
+}
+
+// stopDeadline stops the deadline timer of a stream done with.
+func (c *wstream) stopDeadline() {
+	c.dmu.Lock()
+	defer c.dmu.Unlock()
+	if c.deadline != nil {
+		c.deadline.Stop()
+		c.deadlineAt = time.Time{}
 	}
 }
 

@@ -143,7 +143,8 @@ func TestRequestContextBehavesAsWithDeadline(t *testing.T) {
 // timer, firing late for a request already done with, does not end the
 // next request's context, nor the stream's request context it descends
 // from; a request that ran out of time leaves the next one a new request
-// context.
+// context; and the timer, left set for a later deadline, is set sooner
+// for a request whose deadline is sooner.
 func TestRequestContextLateTimerLeavesNextRequest(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -168,8 +169,37 @@ func TestRequestContextLateTimerLeavesNextRequest(t *testing.T) {
 	}
 	c.finish(late)
 	after := c.begin(time.Now().Add(time.Minute))
-	defer c.finish(after)
 	if err := after.Err(); err != nil {
 		t.Fatalf("the request after one that ran out of time starts ended: %v", err)
 	}
+	c.finish(after)
+
+	// The timer, set for the last request's minute, is set sooner for a
+	// request whose deadline comes sooner.
+	sooner := c.begin(time.Now().Add(20 * time.Millisecond))
+	select {
+	case <-sooner.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("a request with a sooner deadline than the last one's did not end at it")
+	}
+	if !errors.Is(sooner.Err(), context.DeadlineExceeded) {
+		t.Fatalf("Err %v, want the deadline", sooner.Err())
+	}
+	c.finish(sooner)
+
+	// Set for a request done with, the timer fires while a later one runs
+	// and is set again for its deadline.
+	early := c.begin(time.Now().Add(20 * time.Millisecond))
+	c.finish(early)
+	later := c.begin(time.Now().Add(60 * time.Millisecond))
+	defer c.finish(later)
+	select {
+	case <-later.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("a request whose deadline came after the timer's did not end at it")
+	}
+	if !errors.Is(later.Err(), context.DeadlineExceeded) {
+		t.Fatalf("Err %v, want the deadline", later.Err())
+	}
+	c.stopDeadline()
 }

@@ -207,6 +207,7 @@ func (s *Server) handle(str network.Stream) {
 		c.idle.Stop()
 	}
 	c.stopGrace()
+	c.stopDeadline()
 }
 
 // serveOne serves the stream's next request; c.keep says afterwards
@@ -257,13 +258,14 @@ type wstream struct {
 	cancelRequests context.CancelCauseFunc
 	endRequests    context.CancelCauseFunc
 	// cur is the context of the request running (nil between requests)
-	// and curEndParent the endRequests of its parent, guarded by dmu;
-	// deadline is the stream's timer for its deadline (begin,
-	// deadlinePassed).
+	// and curEndParent the endRequests of its parent; deadline is the
+	// stream's timer for its requests' deadlines (begin, deadlinePassed),
+	// due at deadlineAt (zero when not pending). dmu guards them.
 	dmu          sync.Mutex
 	cur          *reqctx.Ctx
 	curEndParent context.CancelCauseFunc
 	deadline     *time.Timer
+	deadlineAt   time.Time
 	// state is streamIdle while the stream waits for a request (only
 	// then may endIdle end it), streamBusy while it carries one.
 	state atomic.Int32

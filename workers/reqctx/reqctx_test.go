@@ -172,6 +172,20 @@ func TestWatch(t *testing.T) {
 	if !errors.Is(c.Err(), context.Canceled) {
 		t.Fatalf("Err after Stop: %v", c.Err())
 	}
+
+	// At the deadline.
+	d := WithDeadline(context.Background(), time.Now().Add(20*time.Millisecond))
+	defer d.Stop()
+	fired := make(chan struct{})
+	if !d.Watch(func() { close(fired) }) {
+		t.Fatal("Watch refused on a running context")
+	}
+	ended(t, d, "deadline")
+	select {
+	case <-fired:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the watched function did not run at the deadline")
+	}
 }
 
 // TestDerivedContextStartsNoGoroutine: a context derived from a request

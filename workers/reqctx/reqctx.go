@@ -55,10 +55,10 @@ func New(parent context.Context, deadline time.Time) *Ctx {
 // goroutine of its own, as context.AfterFunc runs: a moment after parent's
 // cancel returns, not within it.
 //
-// The one difference from context.WithDeadline: once the deadline has
-// passed, a cause parent is cancelled with afterwards is what
-// context.Cause reports, where WithDeadline's would keep reporting
-// DeadlineExceeded (Err says DeadlineExceeded either way).
+// The one difference from context.WithDeadline: once the context has
+// ended by its deadline or Stop, a cause parent is cancelled with
+// afterwards is what context.Cause reports, where WithDeadline's would
+// keep reporting DeadlineExceeded or Canceled (Err is unchanged).
 func WithDeadline(parent context.Context, deadline time.Time) *Ctx {
 	c := &Ctx{parent: parent, deadline: deadline}
 	own := true
@@ -126,16 +126,19 @@ func (c *Ctx) Value(key any) any { return c.parent.Value(key) }
 func (c *Ctx) String() string { return "workmesh request context" }
 
 // AfterFunc arranges for f to run once the context ends, at once if it
-// has; stop undoes that, reporting whether it did before f ran. The
-// context package calls it for a context derived from this one, so that
-// no goroutine waits on Done for it; f runs on the goroutine that ends the
-// context (context.AfterFunc, called with this context, still runs its
-// function on one of its own).
+// has (then on a goroutine of its own); stop undoes that, reporting
+// whether it did before f ran. The context package calls it for a context
+// derived from this one, so that no goroutine waits on Done for it; f runs
+// on the goroutine that ends the context (context.AfterFunc, called with
+// this context, still runs its function on one of its own).
 func (c *Ctx) AfterFunc(f func()) (stop func() bool) {
 	c.mu.Lock()
 	if c.err != nil {
 		c.mu.Unlock()
-		f()
+		// On a goroutine of its own, as context.AfterFunc runs it: the
+		// context package calls this holding the lock of the context it
+		// derives, which f (that context's cancel) takes.
+		go f()
 		return func() bool { return false }
 	}
 	c.nextID++

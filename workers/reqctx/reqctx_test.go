@@ -3,6 +3,8 @@ package reqctx
 import (
 	"context"
 	"errors"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -208,5 +210,37 @@ func TestDerivedContextStartsNoGoroutine(t *testing.T) {
 	c.mu.Unlock()
 	if n != 0 || child.Err() == nil {
 		t.Fatalf("after the derived context's cancel: %d registered, Err %v", n, child.Err())
+	}
+}
+
+// TestDeriveAsItEnds: contexts derived from a request context at the
+// moment it ends (a hedge's, or a dial's, as its deadline passes) do not
+// hang: the context package asks for AfterFunc holding the derived
+// context's lock, so a function for an ended context runs on a goroutine
+// of its own. (Run on the ended context's goroutine, it hung within some
+// thousands of rounds.)
+func TestDeriveAsItEnds(t *testing.T) {
+	done := make(chan struct{})
+	var rounds atomic.Int64
+	go func() {
+		defer close(done)
+		for range 20000 {
+			rounds.Add(1)
+			c := WithDeadline(context.Background(), time.Now().Add(20*time.Microsecond))
+			var wg sync.WaitGroup
+			for range 4 {
+				wg.Go(func() {
+					_, cancel := context.WithCancel(c)
+					cancel()
+				})
+			}
+			wg.Wait()
+			c.Stop()
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("hung after %d rounds", rounds.Load())
 	}
 }

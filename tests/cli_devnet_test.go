@@ -92,7 +92,7 @@ func testDevnetDriven(t *testing.T, bin string) {
 	}
 	done := make(chan error, 1)
 	api, dir := make(chan string, 1), make(chan string, 1)
-	ready := make(chan struct{})
+	ready, exited := make(chan struct{}), make(chan struct{})
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
@@ -106,12 +106,16 @@ func testDevnetDriven(t *testing.T, bin string) {
 				close(ready)
 			}
 		}
-		done <- cmd.Wait()
+		err := cmd.Wait()
+		close(exited)
+		done <- err
 	}()
 	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
+		select {
+		case <-exited:
+		default:
 			cmd.Process.Kill()
-			<-done
+			<-exited
 		}
 	})
 	select {

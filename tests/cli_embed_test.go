@@ -40,11 +40,13 @@ func TestEmbedExample(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
+	done, exited := make(chan error, 1), make(chan struct{})
 	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
+		select {
+		case <-exited:
+		default:
 			_ = cmd.Process.Kill()
-			<-done
+			<-exited
 		}
 	})
 	lines := make(chan string, 16)
@@ -54,7 +56,9 @@ func TestEmbedExample(t *testing.T) {
 			lines <- sc.Text()
 		}
 		close(lines)
-		done <- cmd.Wait()
+		err := cmd.Wait()
+		close(exited)
+		done <- err
 	}()
 	var peerID string
 	timeout := time.After(15 * time.Second)

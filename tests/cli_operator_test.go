@@ -59,6 +59,7 @@ type devnetProcess struct {
 	ids    map[string]string // node name -> peer ID
 	stderr *syncBuffer
 	done   chan error
+	exited chan struct{} // closed once the process has been waited for
 }
 
 // startDevnetProcess starts `workmesh devnet` and waits for "ready",
@@ -66,7 +67,7 @@ type devnetProcess struct {
 func startDevnetProcess(t *testing.T, bin string, args ...string) *devnetProcess {
 	t.Helper()
 	d := &devnetProcess{cmd: exec.Command(bin, append([]string{"devnet"}, args...)...), ids: map[string]string{},
-		stderr: &syncBuffer{}, done: make(chan error, 1)}
+		stderr: &syncBuffer{}, done: make(chan error, 1), exited: make(chan struct{})}
 	d.cmd.Env = cliEnv(t, nil)
 	d.cmd.Stderr = d.stderr
 	stdout, err := d.cmd.StdoutPipe()
@@ -77,14 +78,17 @@ func startDevnetProcess(t *testing.T, bin string, args ...string) *devnetProcess
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if d.cmd.ProcessState == nil {
-			d.cmd.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-d.done:
-			case <-time.After(8 * time.Second):
-				d.cmd.Process.Kill()
-				<-d.done
-			}
+		select {
+		case <-d.exited:
+			return
+		default:
+		}
+		d.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-d.exited:
+		case <-time.After(8 * time.Second):
+			d.cmd.Process.Kill()
+			<-d.exited
 		}
 	})
 	ready := make(chan struct{})
@@ -105,7 +109,9 @@ func startDevnetProcess(t *testing.T, bin string, args ...string) *devnetProcess
 			}
 			mu.Unlock()
 		}
-		d.done <- d.cmd.Wait()
+		err := d.cmd.Wait()
+		close(d.exited)
+		d.done <- err
 	}()
 	select {
 	case <-ready:
@@ -126,6 +132,7 @@ type ttyRun struct {
 	screen *syncBuffer // what the terminal showed
 	copied chan struct{}
 	done   chan error
+	exited chan struct{} // closed once the process has been waited for
 }
 
 // startOnTTY starts the binary with stdout, stderr or both on a
@@ -139,7 +146,7 @@ func startOnTTY(t *testing.T, bin string, stdoutTTY, stderrTTY bool, other io.Wr
 	if err := pty.Setsize(ptmx, &pty.Winsize{Rows: 40, Cols: 160}); err != nil {
 		t.Fatal(err)
 	}
-	r := &ttyRun{cmd: exec.Command(bin, args...), screen: &syncBuffer{}, copied: make(chan struct{}), done: make(chan error, 1)}
+	r := &ttyRun{cmd: exec.Command(bin, args...), screen: &syncBuffer{}, copied: make(chan struct{}), done: make(chan error, 1), exited: make(chan struct{})}
 	r.cmd.Env = cliEnv(t, nil)
 	r.cmd.Stdin = tty
 	r.cmd.Stdout, r.cmd.Stderr = other, other
@@ -158,11 +165,17 @@ func startOnTTY(t *testing.T, bin string, stdoutTTY, stderrTTY bool, other io.Wr
 		ptmx.Close()
 		close(r.copied)
 	}()
-	go func() { r.done <- r.cmd.Wait() }()
+	go func() {
+		err := r.cmd.Wait()
+		close(r.exited)
+		r.done <- err
+	}()
 	t.Cleanup(func() {
-		if r.cmd.ProcessState == nil {
+		select {
+		case <-r.exited:
+		default:
 			r.cmd.Process.Kill()
-			<-r.done
+			<-r.exited
 		}
 	})
 	return r

@@ -40,6 +40,9 @@ type nodeProcess struct {
 	join   string // the bootstrap address from the "join with:" line
 	api    string
 	done   chan error
+	// exited is closed once the process has been waited for (done has
+	// its error): what cleanup checks, as ProcessState is Wait's to write.
+	exited chan struct{}
 }
 
 // startNodeProcess starts the binary and waits for its "ready" line,
@@ -62,7 +65,7 @@ func startNodeProcess(t *testing.T, bin string, args ...string) *nodeProcess {
 func launchNode(t *testing.T, bin, name, logLevel string, wait time.Duration, args ...string) (*nodeProcess, error) {
 	args = append([]string{"node", "start", "--listen", loopbackQUIC, "--api", "127.0.0.1:0",
 		"--data-dir", t.TempDir(), "--log-level", logLevel}, args...)
-	p := &nodeProcess{cmd: exec.Command(bin, args...), stderr: &syncBuffer{}, done: make(chan error, 1)}
+	p := &nodeProcess{cmd: exec.Command(bin, args...), stderr: &syncBuffer{}, done: make(chan error, 1), exited: make(chan struct{})}
 	p.cmd.Env = cliEnv(t, nil)
 	p.cmd.Stderr = p.stderr
 	stdout, err := p.cmd.StdoutPipe()
@@ -73,9 +76,11 @@ func launchNode(t *testing.T, bin, name, logLevel string, wait time.Duration, ar
 		return nil, err
 	}
 	t.Cleanup(func() {
-		if p.cmd.ProcessState == nil {
+		select {
+		case <-p.exited:
+		default:
 			p.cmd.Process.Kill()
-			<-p.done
+			<-p.exited
 		}
 	})
 	lines := make(chan string)
@@ -85,7 +90,9 @@ func launchNode(t *testing.T, bin, name, logLevel string, wait time.Duration, ar
 			lines <- sc.Text()
 		}
 		close(lines)
-		p.done <- p.cmd.Wait()
+		err := p.cmd.Wait()
+		close(p.exited)
+		p.done <- err
 	}()
 	deadline := time.After(wait)
 	for {

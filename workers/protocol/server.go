@@ -251,7 +251,7 @@ type wstream struct {
 	// ctx ends when the server closes or the stream is done with.
 	ctx context.Context
 	// reqs, a child of ctx, is the parent of the stream's requests'
-	// contexts (requestCtx): cancelRequests cancels it and the request
+	// contexts (reqctx.Ctx, begin): cancelRequests cancels it and the request
 	// running with a cause (its Ticket's Cancel), endRequests only it, and
 	// requests makes a new one for the next request.
 	reqs           context.Context

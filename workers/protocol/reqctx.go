@@ -69,8 +69,10 @@ func (c *wstream) deadlinePassed() {
 		c.deadlineAt = dl
 		return
 	}
-	r.End(context.DeadlineExceeded)
+	// The parent first: r's cause is its parent's, and a Ticket's Cancel
+	// coming as the deadline passes must not be the one it keeps.
 	c.curEndParent(context.DeadlineExceeded)
+	r.End(context.DeadlineExceeded)
 }
 
 // stopDeadline stops the deadline timer of a stream done with.

@@ -203,3 +203,30 @@ func TestRequestContextLateTimerLeavesNextRequest(t *testing.T) {
 	}
 	c.stopDeadline()
 }
+
+// TestRequestContextEndsItsParentFirstAtTheDeadline: at a request's
+// deadline the stream's request context, whose cause the request's
+// reports, has ended with DeadlineExceeded by the time the request's
+// context ends: a Ticket's Cancel that comes as the deadline passes finds
+// the cause taken, as it would a WithDeadline's. (Ended the other way
+// round, a Cancel in between became the request's cause; seen once under
+// load in TestRequestContextBehavesAsWithDeadline.)
+func TestRequestContextEndsItsParentFirstAtTheDeadline(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c := &wstream{ctx: ctx}
+	defer c.stopDeadline()
+	r := c.begin(time.Now().Add(10 * time.Millisecond))
+	defer c.finish(r)
+	parent := c.reqs
+	seen := make(chan error, 1)
+	r.AfterFunc(func() { seen <- context.Cause(parent) }) // runs as r ends
+	select {
+	case cause := <-seen:
+		if !errors.Is(cause, context.DeadlineExceeded) {
+			t.Fatalf("as the request's context ended, its parent's cause was %v, want the deadline", cause)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the request's context did not end at its deadline")
+	}
+}

@@ -128,7 +128,13 @@ func TestWithDeadlineBehavesAsContextWithDeadline(t *testing.T) {
 	})
 	t.Run("parent deadline first", func(t *testing.T) {
 		p := start(t, time.Minute, 30*time.Millisecond, false)
-		same(t, p, "running")
+		// The parent's deadline, read before it passes (once it has, the
+		// standard's ends within the parent's cancel, this one a moment
+		// later: Err is compared once both have ended).
+		sd, _ := p.std.ctx.Deadline()
+		if od, _ := p.own.ctx.Deadline(); !od.Equal(sd) {
+			t.Errorf("Deadline %v, want the parent's %v", od, sd)
+		}
 		ended(t, p.std.child, "std")
 		ended(t, p.own.child, "own")
 		same(t, p, "at the parent's deadline")

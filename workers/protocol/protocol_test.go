@@ -211,58 +211,52 @@ func TestProtocol_OutcomesDeniedUnsupportedBusy(t *testing.T) {
 	}
 }
 
+// TestProtocol_ClientCancelCancelsServerHandler: a call ends when its
+// caller cancels its context, and the worker's handler is cancelled as
+// the client is gone, with no response written. Under a plain context the
+// client watches it through context.AfterFunc; under the dispatcher's
+// request context (reqctx) through its Watch, with no allocation. (At the
+// deadline the worker's own deadline, the same, may come first.)
 func TestProtocol_ClientCancelCancelsServerHandler(t *testing.T) {
-	g := workertest.NewGate(true)
-	defer g.Open()
-	p := newPair(t, map[string]workers.Handler{"gate": g})
-	ctx, cancel := context.WithCancel(context.Background())
-	errc := make(chan error, 1)
-	go func() {
-		_, err := p.client.Do(ctx, p.serverHost.ID(), Request{Type: "gate", Timeout: time.Minute})
-		errc <- err
-	}()
-	workertest.Recv(t, g.Started, "the handler to start")
-	cancel()
-	if err := workertest.Recv(t, errc, "the client to return"); !errors.Is(err, context.Canceled) {
-		t.Errorf("client error = %v, want context.Canceled", err)
-	}
-	if cause := workertest.Recv(t, g.Cancelled, "the server handler's context to be cancelled"); !errors.Is(cause, ErrClientGone) {
-		t.Errorf("handler context cause = %v, want ErrClientGone", cause)
-	}
-	sr := workertest.Recv(t, p.served, "the server to finish the stream")
-	if !errors.Is(sr.Err, ErrClientGone) || sr.Outcome != 0 {
-		t.Errorf("served = %+v, want no response and ErrClientGone", sr)
-	}
-	if st := p.server.Stats(); st.Dropped != 1 {
-		t.Errorf("Stats().Dropped = %d, want 1", st.Dropped)
-	}
-}
-
-// TestProtocol_RequestContextEndResetsTheCall: a call under the
-// dispatcher's request context (reqctx), which the client watches without
-// context.AfterFunc, ends when its caller cancels that context, and the
-// worker's handler is cancelled as the client is gone. (At the deadline
-// the worker's own deadline, the same, may come first.)
-func TestProtocol_RequestContextEndResetsTheCall(t *testing.T) {
-	g := workertest.NewGate(true)
-	defer g.Open()
-	p := newPair(t, map[string]workers.Handler{"gate": g})
-	parent, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	ctx := reqctx.WithDeadline(parent, time.Now().Add(time.Minute))
-	defer ctx.Stop()
-	errc := make(chan error, 1)
-	go func() {
-		_, err := p.client.Do(ctx, p.serverHost.ID(), Request{Type: "gate", Timeout: time.Minute})
-		errc <- err
-	}()
-	workertest.Recv(t, g.Started, "the handler to start")
-	cancel()
-	if err := workertest.Recv(t, errc, "the client to return"); !errors.Is(err, context.Canceled) {
-		t.Errorf("client error = %v, want context.Canceled", err)
-	}
-	if cause := workertest.Recv(t, g.Cancelled, "the server handler's context to be cancelled"); !errors.Is(cause, ErrClientGone) {
-		t.Errorf("handler context cause = %v, want ErrClientGone", cause)
+	for _, tc := range []struct {
+		name string
+		ctx  func(parent context.Context) (context.Context, func())
+	}{
+		{"plain context", func(parent context.Context) (context.Context, func()) { return parent, func() {} }},
+		{"request context", func(parent context.Context) (context.Context, func()) {
+			c := reqctx.WithDeadline(parent, time.Now().Add(time.Minute))
+			return c, c.Stop
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := workertest.NewGate(true)
+			defer g.Open()
+			p := newPair(t, map[string]workers.Handler{"gate": g})
+			parent, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			ctx, stop := tc.ctx(parent)
+			defer stop()
+			errc := make(chan error, 1)
+			go func() {
+				_, err := p.client.Do(ctx, p.serverHost.ID(), Request{Type: "gate", Timeout: time.Minute})
+				errc <- err
+			}()
+			workertest.Recv(t, g.Started, "the handler to start")
+			cancel()
+			if err := workertest.Recv(t, errc, "the client to return"); !errors.Is(err, context.Canceled) {
+				t.Errorf("client error = %v, want context.Canceled", err)
+			}
+			if cause := workertest.Recv(t, g.Cancelled, "the server handler's context to be cancelled"); !errors.Is(cause, ErrClientGone) {
+				t.Errorf("handler context cause = %v, want ErrClientGone", cause)
+			}
+			sr := workertest.Recv(t, p.served, "the server to finish the stream")
+			if !errors.Is(sr.Err, ErrClientGone) || sr.Outcome != 0 {
+				t.Errorf("served = %+v, want no response and ErrClientGone", sr)
+			}
+			if st := p.server.Stats(); st.Dropped != 1 {
+				t.Errorf("Stats().Dropped = %d, want 1", st.Dropped)
+			}
+		})
 	}
 }
 

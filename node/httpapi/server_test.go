@@ -203,6 +203,22 @@ func TestServerGuard(t *testing.T) {
 // TestServerBodyTimeout: a body trickled slower than the body timeout is
 // cut when the timeout passes; a handler that works longer than the
 // timeout after reading its body is not.
+// startAndDial starts s on loopback and opens a raw connection to it;
+// both are closed when the test ends.
+func startAndDial(t *testing.T, s *Server) net.Conn {
+	t.Helper()
+	if err := s.Start("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	conn, err := net.Dial("tcp", s.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return conn
+}
+
 func TestServerBodyTimeout(t *testing.T) {
 	s := New("", quietLogger(), WithBodyTimeout(300*time.Millisecond))
 	read := make(chan error, 1)
@@ -218,17 +234,8 @@ func TestServerBodyTimeout(t *testing.T) {
 	})); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Start("127.0.0.1:0"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
-
 	// A trickle: the headers, then a byte at a time.
-	conn, err := net.Dial("tcp", s.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := startAndDial(t, s)
 	fmt.Fprintf(conn, "POST /v1/work HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n")
 	start := time.Now()
 	stop := make(chan struct{})
@@ -295,17 +302,8 @@ func TestServerResponseTimeout(t *testing.T) {
 	})); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Start("127.0.0.1:0"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
-
 	// A client that asks and never reads.
-	conn, err := net.Dial("tcp", s.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := startAndDial(t, s)
 	fmt.Fprintf(conn, "GET /v1/big HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
 	start := time.Now()
 	select {

@@ -66,7 +66,8 @@ type tried struct {
 // the group cursor, the budget spent. Retries and hedges of the request share
 // it and nothing else does. Every Pick a plan hands out must be reported back
 // exactly once with Report (Cancelled for an attempt that was abandoned). A
-// Plan is safe for concurrent use by the attempts of its request.
+// Plan is safe for concurrent use by the attempts of its request. A caller
+// that is done with a plan may Release it for a later request to reuse.
 type Plan struct {
 	s    *Selector
 	view *typeView
@@ -102,7 +103,8 @@ type limits struct {
 // Plan starts the plan of one request from the current ranking.
 func (s *Selector) Plan(req Request) *Plan {
 	tv := s.snap.Load().types[req.WorkType]
-	p := &Plan{
+	p := plans.Get().(*Plan)
+	*p = Plan{
 		s:    s,
 		view: tv,
 		req:  req,
@@ -132,6 +134,20 @@ func (s *Selector) Plan(req Request) *Plan {
 	// truth. Unknown heads fail open.
 	p.beyondHead = req.HasMinHead && tv.headsKnown && len(tv.all) > 0 && req.MinHead > tv.maxHead
 	return p
+}
+
+// plans holds the plans released, for the next requests: a plan is a few
+// hundred bytes a request, and at tens of thousands of requests a second
+// the garbage collector's share of the work follows the bytes allocated.
+var plans = sync.Pool{New: func() any { return new(Plan) }}
+
+// Release gives the plan back for a later request to reuse, once its
+// request is done with it: every pick reported, its Explain and
+// Candidates read. Nothing may use the plan after that. A plan that is
+// never released is collected as garbage.
+func (p *Plan) Release() {
+	*p = Plan{}
+	plans.Put(p)
 }
 
 // Retries returns how many of max-retries the request has spent, in this

@@ -278,6 +278,9 @@ func (d *Dispatcher) Dispatch(ctx context.Context, req WorkRequest) WorkResult {
 		sreq.MinHead, sreq.HasMinHead = *req.MinHead, true
 	}
 	plan := d.sel.Plan(sreq)
+	// Every use of the plan, the attempts' and observe's, has ended
+	// when Dispatch returns: the plan made last goes back for reuse.
+	defer func() { plan.Release() }()
 	if why := d.headRefusal(req.Type, req.MinHead, plan); why != "" {
 		res := WorkResult{RequestID: req.ID, Status: apiv1.StatusUnavailable, Error: why, Duration: time.Since(start)}
 		d.observe(req, res, plan)
@@ -294,6 +297,7 @@ func (d *Dispatcher) Dispatch(ctx context.Context, req WorkRequest) WorkResult {
 	}
 	res := d.place(ctx, req, sreq, plan)
 	for d.awaitFirstPolls(ctx, req, plan, res) {
+		plan.Release()
 		plan = d.sel.Plan(sreq) // no pick was counted: a request still
 		res = d.place(ctx, req, sreq, plan)
 	}

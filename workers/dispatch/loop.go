@@ -70,7 +70,8 @@ type attemptLoop struct {
 	res   WorkResult
 	dials dials
 	// inline is the inline strategy, kept here so that the common path
-	// allocates nothing of its own: the loop is one allocation.
+	// allocates nothing of its own: the loop is one allocation, reused
+	// (loops).
 	inline inline
 	// ahead is room for the peers launch dials ahead.
 	ahead [16]string
@@ -97,11 +98,23 @@ type attemptResult struct {
 // remote runs the remote attempts of a request. A result with an empty
 // Status means no remote attempt decided it and the fallback may run.
 func (d *Dispatcher) remote(ctx context.Context, req WorkRequest, plan *selection.Plan) WorkResult {
-	l := &attemptLoop{d: d, ctx: ctx, req: req, plan: plan}
+	l := loops.Get().(*attemptLoop)
+	l.d, l.ctx, l.req, l.plan = d, ctx, req, plan
 	l.dials.d, l.dials.parent = d, ctx
 	l.run(l.strategy())
-	return l.res
+	res := l.res
+	// Nothing of the request runs once run has returned: the loop is
+	// emptied (the result's attempts are the caller's now) and reused.
+	*l = attemptLoop{}
+	loops.Put(l)
+	return res
 }
+
+// loops holds the attempt loops of requests done with, for the next: a
+// loop is most of what a request allocates on this node, and at tens of
+// thousands of requests a second the garbage collector's share of the
+// work follows the bytes allocated.
+var loops = sync.Pool{New: func() any { return new(attemptLoop) }}
 
 // strategy picks how the request's attempts run: hedged when hedging is on
 // and the request may be hedged, inline otherwise. Beyond every head there

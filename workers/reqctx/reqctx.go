@@ -22,9 +22,49 @@ type Ctx struct {
 	nextID uint64
 	watch  func()
 
-	// Set by WithDeadline: its timer and its link to the parent.
-	timer      *time.Timer
+	// Set by WithDeadline: its link (timer and parent's hook), and the
+	// function that undoes the hook. Only the owner, which calls
+	// WithDeadline and Stop, touches them.
+	link       *link
 	stopParent func() bool
+}
+
+// link is what a context WithDeadline makes needs to end on its own: its
+// timer and the functions the timer and the parent's end run, which end
+// the context link points to. Stop gives it back for the next context
+// when neither function has run or can run, so that a request spends no
+// allocation on them (a timer, and two functions bound to the context).
+type link struct {
+	c        atomic.Pointer[Ctx]
+	timer    *time.Timer // made at the first use with a deadline of its own
+	armed    bool        // the timer was set for the context served now
+	expire   func()
+	parentFn func()
+}
+
+// links holds the links Stop gave back.
+var links = sync.Pool{New: func() any {
+	l := &link{}
+	l.expire = func() {
+		if c := l.c.Load(); c != nil {
+			c.End(context.DeadlineExceeded)
+		}
+	}
+	l.parentFn = func() {
+		if c := l.c.Load(); c != nil {
+			c.End(c.parent.Err())
+		}
+	}
+	return l
+}}
+
+// linkTo returns c's link, taking one for it first.
+func (c *Ctx) linkTo() *link {
+	if c.link == nil {
+		c.link = links.Get().(*link)
+		c.link.c.Store(c)
+	}
+	return c.link
 }
 
 type afterEntry struct {
@@ -70,7 +110,7 @@ func WithDeadline(parent context.Context, deadline time.Time) *Ctx {
 			c.End(err)
 			return c
 		}
-		c.stopParent = context.AfterFunc(parent, c.parentEnded)
+		c.stopParent = context.AfterFunc(parent, c.linkTo().parentFn)
 	}
 	if own {
 		wait := time.Until(deadline)
@@ -78,25 +118,38 @@ func WithDeadline(parent context.Context, deadline time.Time) *Ctx {
 			c.End(context.DeadlineExceeded)
 			return c
 		}
-		c.timer = time.AfterFunc(wait, c.expire)
+		l := c.linkTo()
+		if l.timer == nil {
+			l.timer = time.AfterFunc(wait, l.expire)
+		} else {
+			l.timer.Reset(wait) // stopped before it fired: see Stop
+		}
+		l.armed = true
 	}
 	return c
 }
 
-func (c *Ctx) expire() { c.End(context.DeadlineExceeded) }
-
-func (c *Ctx) parentEnded() { c.End(c.parent.Err()) }
-
 // Stop ends a context WithDeadline made, with Canceled unless it has
-// ended already, and releases its timer and its link to the parent.
+// ended already, and releases its timer and its link to the parent. The
+// owner calls it once; later calls do nothing more.
 func (c *Ctx) Stop() {
-	if c.timer != nil {
-		c.timer.Stop()
+	l, stopParent := c.link, c.stopParent
+	c.link, c.stopParent = nil, nil
+	// The link is reused only if neither of its functions ran or can
+	// still run: one that did would end the next context it serves.
+	reuse := l != nil
+	if l != nil && l.armed {
+		l.armed = false
+		reuse = l.timer.Stop()
 	}
-	if c.stopParent != nil {
-		c.stopParent()
+	if stopParent != nil && !stopParent() {
+		reuse = false
 	}
 	c.End(context.Canceled)
+	if reuse {
+		l.c.Store(nil)
+		links.Put(l)
+	}
 }
 
 func (c *Ctx) Deadline() (time.Time, bool) { return c.deadline, true }

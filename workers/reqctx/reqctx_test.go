@@ -250,3 +250,94 @@ func TestDeriveAsItEnds(t *testing.T) {
 		t.Fatalf("hung after %d rounds", rounds.Load())
 	}
 }
+
+// TestStopReusesOnlyALinkNothingCanFire: a context whose deadline passed,
+// or whose parent ended, before Stop gives its link (timer and parent's
+// hook) to no later context, while one stopped before either keeps
+// serving the next ones. A link whose function had started would end the
+// context it serves next.
+func TestStopReusesOnlyALinkNothingCanFire(t *testing.T) {
+	// taken reports whether l comes out of the pool among the next few
+	// links the pool hands out (which go back after).
+	taken := func(l *link) bool {
+		var got []*link
+		defer func() {
+			for _, g := range got {
+				links.Put(g)
+			}
+		}()
+		for range 8 {
+			g := links.Get().(*link)
+			got = append(got, g)
+			if g == l {
+				return true
+			}
+		}
+		return false
+	}
+	parent, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	reused := false
+	for i := 0; i < 100 && !reused; i++ {
+		c := WithDeadline(parent, time.Now().Add(time.Minute))
+		l := c.link
+		c.Stop()
+		reused = taken(l)
+	}
+	if !reused {
+		t.Fatal("a link stopped before anything fired is never reused")
+	}
+
+	c := WithDeadline(parent, time.Now().Add(time.Millisecond))
+	l := c.link
+	ended(t, c, "deadline")
+	c.Stop()
+	if taken(l) {
+		t.Fatal("the link of a context whose deadline passed is reused")
+	}
+
+	p2, cancel2 := context.WithCancel(context.Background())
+	c = WithDeadline(p2, time.Now().Add(time.Minute))
+	l = c.link
+	cancel2()
+	ended(t, c, "parent's cancel")
+	c.Stop()
+	if taken(l) {
+		t.Fatal("the link of a context whose parent ended is reused")
+	}
+}
+
+// TestStopRacingItsEndLeavesTheNextContext: Stop racing the context's
+// deadline or its parent's cancel never ends a context made after it.
+// Each round's next context has a live parent and a far deadline, so
+// nothing of its own ends it.
+func TestStopRacingItsEndLeavesTheNextContext(t *testing.T) {
+	live, cancelLive := context.WithCancel(context.Background())
+	defer cancelLive()
+	var next []*Ctx
+	for i := range 5000 {
+		var c *Ctx
+		if i%2 == 0 {
+			c = WithDeadline(live, time.Now().Add(time.Duration(i%7)*time.Microsecond))
+		} else {
+			// The parent's cancel starts the context's end on a
+			// goroutine of its own, which may run after Stop.
+			p, cancel := context.WithCancel(context.Background())
+			c = WithDeadline(p, time.Now().Add(time.Minute))
+			cancel()
+		}
+		c.Stop()
+		next = append(next, WithDeadline(live, time.Now().Add(time.Hour)))
+	}
+	// A late function of an earlier context runs on a goroutine of its
+	// own; by now most have, and any that ended a later context shows.
+	for i, c := range next {
+		select {
+		case <-c.Done():
+			t.Fatalf("context %d ended (Err %v): a function of the context before it ran for it", i, c.Err())
+		default:
+		}
+		c.Stop()
+	}
+}

@@ -72,17 +72,18 @@ func (ds *dials) start(id string) *dialCall {
 	return c
 }
 
-// wait returns the result of the request's dial of id, starting it if needed.
-func (ds *dials) wait(ctx context.Context, id string) error {
+// wait returns the result of the request's dial of id, starting it if
+// needed; waited says it did not find the peer connected at once.
+func (ds *dials) wait(ctx context.Context, id string) (waited bool, _ error) {
 	if ds.d.node.Host().Network().Connectedness(peer.ID(id)) == network.Connected {
-		return nil // the common case: no dial, no goroutine
+		return false, nil // the common case: no dial, no goroutine
 	}
 	c := ds.start(id)
 	select {
 	case <-c.done:
-		return c.err
+		return true, c.err
 	case <-ctx.Done():
-		return ctx.Err()
+		return true, ctx.Err()
 	}
 }
 

@@ -379,14 +379,15 @@ func (d *Dispatcher) attempt(ctx context.Context, req WorkRequest, pk selection.
 	start := time.Now()
 	r := attemptResult{pick: pk}
 	id := peer.ID(pk.Peer)
-	if err := dials.wait(ctx, pk.Peer); err != nil {
+	waited, err := dials.wait(ctx, pk.Peer)
+	if err != nil {
 		r.outcome, r.err, r.dur = workers.Unreachable, err, time.Since(start)
 		if ctx.Err() != nil {
 			r.outcome = workers.Cancelled
 		}
 		return r
 	}
-	ctx, err := d.node.OverRelay(ctx, id, len(req.Payload))
+	ctx, err = d.node.OverRelay(ctx, id, len(req.Payload))
 	if err != nil {
 		r.outcome, r.err, r.dur = workers.Unsupported, err, time.Since(start)
 		return r
@@ -396,14 +397,22 @@ func (d *Dispatcher) attempt(ctx context.Context, req WorkRequest, pk selection.
 	// accept timeout: a worker that has not taken the work within it is
 	// given up, and the request goes on to the next candidate.
 	budget := d.workBudget(ctx, pk.Peer)
-	called := time.Now()
+	// The call starts when the attempt does, unless the attempt waited
+	// for a dial (the clock is read once when it did not).
+	called := start
+	if waited {
+		called = time.Now()
+	}
 	resp, err := d.client.Do(ctx, id, protocol.Request{
 		ID: req.ID, Type: req.Type, Payload: req.Payload,
 		Timeout:       budget,
 		AcceptTimeout: d.acceptWait(pk.Peer),
 	})
 	r.dur = time.Since(start)
-	took := time.Since(called)
+	took := r.dur
+	if waited {
+		took = time.Since(called)
+	}
 	r.resp, r.err = resp, err
 	switch {
 	case err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded):

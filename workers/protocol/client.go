@@ -203,21 +203,21 @@ func (c *Client) Do(ctx context.Context, p peer.ID, req Request) (Response, erro
 		// The accept timeout runs from here. A stream kept open needs
 		// nothing more; a call that opens one counts the opening too.
 		var cs *cstream
-		var acceptBy time.Time
+		var acceptWithin time.Duration
 		if !retry {
 			cs = c.take(p)
 		}
 		if cs != nil {
-			if t := time.Now().Add(req.AcceptTimeout); req.AcceptTimeout > 0 && t.Before(deadline) {
-				acceptBy = t
+			if req.AcceptTimeout > 0 && req.AcceptTimeout < left {
+				acceptWithin = req.AcceptTimeout
 			}
 		} else {
 			var err error
-			if cs, acceptBy, err = c.open(ctx, p, &req, deadline); err != nil {
+			if cs, acceptWithin, err = c.open(ctx, p, &req, deadline); err != nil {
 				return Response{}, fmt.Errorf("work %s for %s: %w", req.Type, p, err)
 			}
 		}
-		resp, err := c.call(ctx, cs, &req, acceptBy)
+		resp, err := c.call(ctx, cs, &req, acceptWithin)
 		if err == nil {
 			return resp, nil
 		}
@@ -234,13 +234,13 @@ func (c *Client) Do(ctx context.Context, p peer.ID, req Request) (Response, erro
 	}
 }
 
-// open opens a new stream to p for req and says by when the worker must
-// accept it. Opening the stream over a connection counts towards the
-// accept timeout (to a peer that stopped reading, it waits for stream
-// credit). A dial, which NewStream makes when there is no connection, is
+// open opens a new stream to p for req and says within how long from now
+// the worker must accept it (0: no accept timeout). Opening the stream
+// over a connection counts towards the accept timeout (to a peer that
+// stopped reading, it waits for stream credit). A dial, which NewStream makes when there is no connection, is
 // the call's to bound, not the accept timeout's: then it runs from the
 // open stream.
-func (c *Client) open(ctx context.Context, p peer.ID, req *Request, deadline time.Time) (*cstream, time.Time, error) {
+func (c *Client) open(ctx context.Context, p peer.ID, req *Request, deadline time.Time) (*cstream, time.Duration, error) {
 	var acceptBy time.Time
 	sctx := ctx
 	if t := time.Now().Add(req.AcceptTimeout); req.AcceptTimeout > 0 && t.Before(deadline) && c.h.Network().Connectedness(p) == network.Connected {
@@ -262,17 +262,22 @@ func (c *Client) open(ctx context.Context, p peer.ID, req *Request, deadline tim
 		case sctx.Err() != nil:
 			err = fmt.Errorf("%w: no stream within %s (%v)", ErrAcceptTimeout, req.AcceptTimeout, err)
 		}
-		return nil, acceptBy, fmt.Errorf("open stream: %w", err)
+		return nil, 0, fmt.Errorf("open stream: %w", err)
 	}
-	if t := time.Now().Add(req.AcceptTimeout); acceptBy.IsZero() && req.AcceptTimeout > 0 && t.Before(deadline) {
-		acceptBy = t // NewStream dialed: the accept timeout runs from now
+	if acceptBy.IsZero() {
+		if t := time.Now().Add(req.AcceptTimeout); req.AcceptTimeout > 0 && t.Before(deadline) {
+			return cs, req.AcceptTimeout, nil // NewStream dialed: the accept timeout runs from now
+		}
+		return cs, 0, nil
 	}
-	return cs, acceptBy, nil
+	// What is left of it; a timeout that has run out fires at once.
+	return cs, max(time.Until(acceptBy), time.Nanosecond), nil
 }
 
 // call makes one exchange on cs, which it owns, and then gives the stream
-// back to the pool, or ends it when it broke.
-func (c *Client) call(ctx context.Context, cs *cstream, req *Request, acceptBy time.Time) (Response, error) {
+// back to the pool, or ends it when it broke. The worker must accept the
+// work within acceptWithin, unless it is 0.
+func (c *Client) call(ctx context.Context, cs *cstream, req *Request, acceptWithin time.Duration) (Response, error) {
 	// A cancelled call resets the stream at once: the pending read fails,
 	// and the server sees the reset and cancels the work.
 	if cs.reset == nil {
@@ -289,14 +294,15 @@ func (c *Client) call(ctx context.Context, cs *cstream, req *Request, acceptBy t
 	if !watched {
 		stop = context.AfterFunc(ctx, cs.reset)
 	}
-	resp, whole, err := c.exchange(ctx, cs, req, acceptBy)
+	resp, whole, err := c.exchange(ctx, cs, req, acceptWithin)
 	var stopped bool
 	if watched {
 		stopped = w.Unwatch()
 	} else {
 		stopped = stop()
 	}
-	if !stopped || err == nil && pastDeadline(ctx) {
+	now := time.Now() // read once for the deadline and the pool
+	if !stopped || err == nil && pastDeadline(ctx, now) {
 		// Reset by the context, or its deadline passed and its timer is
 		// late: the call ends with its context, as it would have had
 		// the reset come a moment sooner (Do wraps the context's error).
@@ -312,7 +318,7 @@ func (c *Client) call(ctx context.Context, cs *cstream, req *Request, acceptBy t
 		return resp, err
 	}
 	cs.used = true
-	c.put(cs)
+	c.put(cs, now)
 	return resp, nil
 }
 
@@ -325,10 +331,10 @@ type watcher interface {
 	Unwatch() bool
 }
 
-// pastDeadline reports whether ctx's deadline has passed.
-func pastDeadline(ctx context.Context) bool {
+// pastDeadline reports whether ctx's deadline has passed by now.
+func pastDeadline(ctx context.Context, now time.Time) bool {
 	dl, ok := ctx.Deadline()
-	return ok && !time.Now().Before(dl)
+	return ok && !now.Before(dl)
 }
 
 // stream opens a new stream to p.
@@ -342,9 +348,9 @@ func (c *Client) stream(ctx context.Context, p peer.ID) (*cstream, error) {
 }
 
 // exchange writes the request and reads the response on cs; a worker
-// that has not accepted the work by acceptBy (if set) is given up. whole
-// says the stream is fit to carry the next request.
-func (c *Client) exchange(ctx context.Context, cs *cstream, req *Request, acceptBy time.Time) (_ Response, whole bool, _ error) {
+// that has not accepted the work within acceptWithin (if not 0) is given
+// up. whole says the stream is fit to carry the next request.
+func (c *Client) exchange(ctx context.Context, cs *cstream, req *Request, acceptWithin time.Duration) (_ Response, whole bool, _ error) {
 	str := cs.str
 	// Neither bound is a stream deadline. The call's deadline is the
 	// context's, and Do resets the stream when it passes. The accept
@@ -356,7 +362,7 @@ func (c *Client) exchange(ctx context.Context, cs *cstream, req *Request, accept
 	// accept timeout passed first (then expired).
 	acceptState := &cs.acceptState
 	acceptState.Store(acceptWaiting)
-	if !acceptBy.IsZero() {
+	if acceptWithin > 0 {
 		// The write is bounded too: to a peer that died without closing
 		// its connection, writing the request can block (no stream
 		// credit, no acknowledgements) until the whole deadline, which is
@@ -364,9 +370,9 @@ func (c *Client) exchange(ctx context.Context, cs *cstream, req *Request, accept
 		// stream's, set again for each call; one that fired leaves the
 		// stream out of the pool, so that it never fires into the next.
 		if cs.acceptTimer == nil {
-			cs.acceptTimer = time.AfterFunc(time.Until(acceptBy), cs.acceptExpired)
+			cs.acceptTimer = time.AfterFunc(acceptWithin, cs.acceptExpired)
 		} else {
-			cs.acceptTimer.Reset(time.Until(acceptBy))
+			cs.acceptTimer.Reset(acceptWithin)
 		}
 		defer func() {
 			if !cs.acceptTimer.Stop() {

@@ -233,7 +233,7 @@ func (s *Server) serveOne(c *wstream) {
 			s.cfg.observe(sr)
 		}
 	}()
-	s.serve(c, &sr)
+	s.serve(c, &sr, start)
 }
 
 // The states of a server's stream (wstream.state).
@@ -334,7 +334,9 @@ func (c *wstream) Read(b []byte) (int, error) {
 	return c.str.Read(b)
 }
 
-func (s *Server) serve(c *wstream, sr *ServedRequest) {
+// serve reads, runs and answers the stream's next request, which arrived
+// at start.
+func (s *Server) serve(c *wstream, sr *ServedRequest, start time.Time) {
 	body, reserved, err := s.readRequest(c)
 	if reserved > 0 {
 		defer c.str.Scope().ReleaseMemory(reserved)
@@ -345,7 +347,7 @@ func (s *Server) serve(c *wstream, sr *ServedRequest) {
 		if err == nil {
 			c.lastType = req.Type
 			sr.ID, sr.Type = req.ID, req.Type
-			s.run(c, &req, sr)
+			s.run(c, &req, sr, start)
 			return
 		}
 	}
@@ -357,8 +359,10 @@ func (s *Server) serve(c *wstream, sr *ServedRequest) {
 	_ = c.str.Reset()
 }
 
-// run executes a decoded request and answers it.
-func (s *Server) run(c *wstream, req *Request, sr *ServedRequest) {
+// run executes a decoded request, which arrived at start, and answers it:
+// its time budget runs from its arrival, as the client's did from its
+// sending.
+func (s *Server) run(c *wstream, req *Request, sr *ServedRequest, start time.Time) {
 	if s.cfg.allow != nil && !s.cfg.allow(sr.Peer) {
 		s.respond(c, req, workers.Fail(workers.Denied, "peer %s is not allowed to submit work here", sr.Peer), sr)
 		return
@@ -373,7 +377,7 @@ func (s *Server) run(c *wstream, req *Request, sr *ServedRequest) {
 	if budget <= 0 || budget > s.cfg.maxWorkTime {
 		budget = s.cfg.maxWorkTime
 	}
-	deadline := time.Now().Add(budget)
+	deadline := start.Add(budget)
 	ctx := c.begin(deadline)
 	defer c.finish(ctx)
 	_ = c.str.SetDeadline(deadline.Add(writeSlack))
@@ -383,7 +387,7 @@ func (s *Server) run(c *wstream, req *Request, sr *ServedRequest) {
 	// and with it this request's.
 	t, res, ok := s.pool.AdmitPeerIn(ctx, c.cancelRequests, req.Type, req.Payload)
 	if ok {
-		res = s.execute(c, req, t)
+		res = s.execute(c, req, t, start)
 		// The ticket's context keeps the first cause it was cancelled with.
 		if cause := context.Cause(t.Context()); errors.Is(cause, ErrClientGone) || errors.Is(cause, ErrMalformed) ||
 			errors.Is(cause, workers.ErrDropped) {
@@ -420,12 +424,12 @@ func (s *Server) release(p peer.ID) { s.cfg.limiter.Release(p) }
 // That read is never stopped: once the work is done, it becomes the
 // stream's wait for its next request (c.watch), so the stream stays
 // whole on every transport, with or without deadlines.
-func (s *Server) execute(c *wstream, req *Request, t *pool.Ticket) workers.Result {
+func (s *Server) execute(c *wstream, req *Request, t *pool.Ticket, start time.Time) workers.Result {
 	grace := s.cfg.grace
 	if req.AcceptTimeout > 0 {
 		grace = min(grace, req.AcceptTimeout/4)
 	}
-	c.arm(t, req.AcceptTimeout > 0, grace)
+	c.arm(t, req.AcceptTimeout > 0, grace, start)
 	res, intercepted := workers.Result{}, false
 	if s.cfg.intercept != nil {
 		res, intercepted = s.cfg.intercept.Intercept(s.pool, t)

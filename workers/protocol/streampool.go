@@ -75,9 +75,10 @@ func (c *Client) closeIdleTo(p peer.ID) int {
 	return len(list)
 }
 
-// put gives a stream whose exchange went well back to the pool, or closes
-// it when the pool is full, the client closed, or its reader ended.
-func (c *Client) put(cs *cstream) {
+// put gives a stream whose exchange went well back to the pool, idle
+// since now, or closes it when the pool is full, the client closed, or
+// its reader ended.
+func (c *Client) put(cs *cstream, now time.Time) {
 	c.mu.Lock()
 	list := c.idle[cs.p]
 	if c.closed || cs.dead.Load() || len(list) >= c.cfg.maxIdle {
@@ -85,7 +86,7 @@ func (c *Client) put(cs *cstream) {
 		_ = cs.str.Close() // its exchange is whole: the server sees the end of the stream
 		return
 	}
-	cs.inPool, cs.idleSince = true, time.Now()
+	cs.inPool, cs.idleSince = true, now
 	c.idle[cs.p] = append(list, cs)
 	if c.sweep == nil {
 		c.sweep = time.AfterFunc(c.cfg.clientIdle, c.closeIdle)

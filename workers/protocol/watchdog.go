@@ -17,7 +17,8 @@ import (
 // work outlasts it (execute): the accept frame, and a read that notices
 // the client's reset while the work runs.
 
-// arm starts the grace period of the request whose ticket is t. The
+// arm starts the grace period of the request whose ticket is t, which
+// arrived at start (a moment ago: the clock is read once a request). The
 // grace timer is the stream's and is not stopped when a request ends in
 // time: set while it is not pending (or pending for later than this
 // grace period ends), it checks when it fires whether a request has
@@ -25,10 +26,10 @@ import (
 // running one's (fire). So work done within the grace period allocates
 // no watchdog, and a stream carrying request after request costs a timer
 // change about once a grace period instead of two per request.
-func (c *wstream) arm(t *pool.Ticket, accept bool, grace time.Duration) {
+func (c *wstream) arm(t *pool.Ticket, accept bool, grace time.Duration, start time.Time) {
 	c.ticket.Store(t)
 	c.accept.Store(accept)
-	at := time.Now().Add(grace)
+	at := start.Add(grace)
 	c.gmu.Lock()
 	defer c.gmu.Unlock()
 	c.graceAt, c.running = at, true

@@ -279,9 +279,7 @@ func (s *Selector) ObserveLoad(id string, used int) {
 	if st == nil || !st.observe(max(used, 0), s.clock.Now()) {
 		return
 	}
-	s.mu.Lock()
-	s.dirty = true
-	s.mu.Unlock()
+	s.markDirty()
 }
 
 // record feeds one attempt's outcome to rating (miss: see rating.record)
@@ -297,16 +295,12 @@ func (s *Selector) record(e *entry, o Outcome, latency time.Duration, miss bool)
 		// by polls, so a grey peer cannot hide behind its successes.
 		t, changed = s.live.Report(e.id, false)
 	}
-	s.mu.Lock()
-	s.dirty = true
-	s.mu.Unlock()
+	s.markDirty()
 	return t, changed
 }
 
 // contradicted turns e's earlier miss into an error (rating.contradict).
 func (s *Selector) contradicted(e *entry) {
 	e.rate.contradict(s.clock.Now(), s.cfg.Rating.Window)
-	s.mu.Lock()
-	s.dirty = true
-	s.mu.Unlock()
+	s.markDirty()
 }

@@ -125,12 +125,19 @@ type Selector struct {
 	phealth     []*health   // liveness of peers[i]
 	stats       map[string]*stats
 	rates       map[rateKey]*rating
-	dirty       bool
 	lastRefresh time.Time
 	changed     chan struct{} // closed when the next ranking is published
 
 	snap atomic.Pointer[snapshot]
+	// dirty says outcomes or loads arrived since the last refresh: set
+	// after each report's change without the lock (markDirty), swapped
+	// for false by Refresh before it reads them, so that a report whose
+	// mark Refresh took is in that refresh, and any later one marks again.
+	dirty atomic.Bool
 }
+
+// markDirty notes that the ranking's inputs changed.
+func (s *Selector) markDirty() { s.dirty.Store(true) }
 
 // New returns a Selector for cfg. cfg should have passed Validate; New checks
 // what the core itself depends on.
@@ -252,7 +259,7 @@ func (s *Selector) SetPeers(peers []Peer) {
 // calls it after reporting outcomes, or on a ticker of its own.
 func (s *Selector) MaybeRefresh() bool {
 	s.mu.Lock()
-	due := s.dirty && s.clock.Now().Sub(s.lastRefresh) >= s.refreshEvery
+	due := s.dirty.Load() && s.clock.Now().Sub(s.lastRefresh) >= s.refreshEvery
 	s.mu.Unlock()
 	if due {
 		s.Refresh()
@@ -321,7 +328,7 @@ func (s *Selector) Refresh() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.clock.Now()
-	s.dirty = false
+	s.dirty.Swap(false)
 	s.lastRefresh = now
 
 	// One slab of entries per refresh: a peer has one entry per work type.

@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -195,7 +196,7 @@ func BenchmarkPerfScale(b *testing.B) {
 
 func benchScale(b *testing.B, total int) {
 	const (
-		count = 20000
+		count = 100000
 		limit = 10 * time.Second
 	)
 	start := time.Now()
@@ -317,13 +318,20 @@ wait:
 	// The load runs in loadRounds rounds of count requests each; the round
 	// of the median rate gives the rate, the latencies and the CPU per
 	// request, and failed is the most any round had. Each round starts
-	// right after a garbage collection, as Go's own benchmarks do: every
-	// node of the network lives in this one process, and at 200 nodes its
-	// heap (about 560 MiB, 80,000 goroutines' stacks to scan) takes
-	// seconds of both cores to mark, which no node of its own (a heap of
-	// tens of MiB) pays. A round that a collection fell into ran at a
-	// fifth of the others' rate (10,765 against 51,577 and 56,042 req/s);
-	// the allocations of the round itself are still collected within it.
+	// right after a garbage collection, as Go's own benchmarks do, and
+	// runs with the collector off: every node of the network lives in
+	// this one process, and at 200 nodes its heap (about 560 MiB, 80,000
+	// goroutines' stacks to scan) takes seconds of both cores to mark,
+	// which no node of its own (a heap of tens of MiB) pays. A round that a
+	// collection fell into ran at a fifth of the others' rate (10,765
+	// against 51,577 and 56,042 req/s). With the collector on, how much of
+	// a collection's work fell into a round depended on what the round
+	// allocated (40-70 MiB) against each size's heap (about 55 MiB at 50
+	// nodes, 310 MiB at 200), not on the network. What a request
+	// allocates, and its collection, is in the 64-caller figure
+	// (BenchmarkPerfThroughputVsBareStream). A round of 100,000 requests
+	// lasts about half a second; rounds of 20,000 (a tenth of a second)
+	// put the ratio of the sizes anywhere from 0.61 to 1.07.
 	const loadRounds = 3
 	var res phaseResult
 	var loadCPU time.Duration
@@ -331,12 +339,17 @@ wait:
 	for b.Loop() {
 		failedMost = 0
 		type round struct {
-			res phaseResult
-			cpu time.Duration
+			res      phaseResult
+			cpu      time.Duration
+			allocMiB float64
+			gcs      uint32
 		}
 		rounds := make([]round, 0, loadRounds)
 		for range loadRounds {
 			runtime.GC()
+			gcPercent := debug.SetGCPercent(-1)
+			var ms0 runtime.MemStats
+			runtime.ReadMemStats(&ms0)
 			cpu0 := cpuTime(b)
 			var (
 				mu      sync.Mutex
@@ -355,14 +368,18 @@ wait:
 				}
 				return nil
 			})
-			rounds = append(rounds, round{res: r, cpu: cpuTime(b) - cpu0})
+			cpu := cpuTime(b) - cpu0
+			var ms1 runtime.MemStats
+			runtime.ReadMemStats(&ms1)
+			debug.SetGCPercent(gcPercent)
+			rounds = append(rounds, round{res: r, cpu: cpu, allocMiB: float64(ms1.TotalAlloc-ms0.TotalAlloc) / (1 << 20), gcs: ms1.NumGC - ms0.NumGC})
 			failedMost = max(failedMost, r.failed)
 			if r.failed > 0 {
 				b.Logf("%d requests failed; the slowest: %s", r.failed, describe(slowest, peerName(append(ws, gws...)...)))
 			}
 		}
 		for i, r := range rounds {
-			b.Logf("load round %d: %.0f req/s, %.0f per CPU-second, p99 %s, %d failed", i+1, r.res.rate(), float64(r.res.ok)/r.cpu.Seconds(), percentile(r.res.lat, 99), r.res.failed)
+			b.Logf("load round %d: %.0f req/s, %.0f per CPU-second, p99 %s, %d failed; %.0f MiB allocated, %d collections", i+1, r.res.rate(), float64(r.res.ok)/r.cpu.Seconds(), percentile(r.res.lat, 99), r.res.failed, r.allocMiB, r.gcs)
 		}
 		slices.SortFunc(rounds, func(x, y round) int { return cmp.Compare(x.res.rate(), y.res.rate()) })
 		mid := rounds[len(rounds)/2]

@@ -51,7 +51,7 @@ var connectedCall = func() *dialCall {
 // the host is connected to it (the common case of a dial ahead: no
 // goroutine, no channel).
 func (ds *dials) start(id string) *dialCall {
-	if c := ds.d.node.Host().Network().Connectedness(peer.ID(id)); c == network.Connected || c == network.Limited {
+	if ds.d.connected(id) {
 		return connectedCall
 	}
 	ds.mu.Lock()
@@ -70,6 +70,13 @@ func (ds *dials) start(id string) *dialCall {
 		close(c.done)
 	})
 	return c
+}
+
+// connected reports whether the host holds a connection to id, direct or
+// relayed (limited).
+func (d *Dispatcher) connected(id string) bool {
+	c := d.node.Host().Network().Connectedness(peer.ID(id))
+	return c == network.Connected || c == network.Limited
 }
 
 // wait returns the result of the request's dial of id, starting it if

@@ -73,8 +73,10 @@ type attemptLoop struct {
 	// allocates nothing of its own: the loop is one allocation, reused
 	// (loops).
 	inline inline
-	// ahead is room for the peers launch dials ahead.
-	ahead [16]string
+	// ahead is room for the peers launch dials ahead; launched says an
+	// attempt was launched.
+	ahead    [16]string
+	launched bool
 	// outOfTime is set once an attempt failed having used its whole
 	// budget: no attempt starts after it, and the request ends as timed
 	// out unless an attempt still running (a hedge on a nearer worker,
@@ -225,9 +227,18 @@ func (l *attemptLoop) cutShort() bool {
 
 // launch has s start an attempt on pk, and dials the next candidates now,
 // so that dead ones cost one connect timeout in parallel, not one after
-// another.
+// another: from the request's first attempt when its peer is not
+// connected, and from any later attempt (a retry or a hedge) on. A first
+// attempt on a connected peer, the common case, is answered without
+// them: looking up every candidate left on every request took 5-7% of
+// a 50- to 200-node network's CPU a request.
 func (l *attemptLoop) launch(s strategy, pk selection.Pick) {
 	s.start(pk)
+	first := !l.launched
+	l.launched = true
+	if first && l.d.connected(pk.Peer) {
+		return
+	}
 	for _, id := range l.plan.AppendUpcoming(l.ahead[:0], l.d.cfg.Worker.MaxRemoteWorkers) {
 		l.dials.start(id)
 	}

@@ -181,9 +181,9 @@ func (s *Selector) HedgeDelay(workType string) (d time.Duration, samples int, me
 // only a success counts. Plan.Report feeds it the attempts of requests that
 // may be hedged only, so that a type's writes (a jsonrpc transaction) do
 // not move the delay of its reads.
-func (s *Selector) observeHedge(workType string, o Outcome, latency time.Duration) {
+func (s *Selector) observeHedge(workType string, o Outcome, latency time.Duration, at time.Time) {
 	if o != Success || s.cfg.Hedge.Quantile <= 0 || s.cfg.Hedge.MaxCount == 0 {
 		return
 	}
-	s.hedgeLat.observe(workType, latency, s.clock.Now())
+	s.hedgeLat.observe(workType, latency, at)
 }

@@ -66,7 +66,7 @@ func TestHedgeDelay_QuantileOfRecentSuccesses(t *testing.T) {
 		s, clk := newSelector(t, cfg, peer("a"))
 		// 1ms..100ms in a scrambled order: the quantile does not depend on it.
 		for i := range 100 {
-			s.observeHedge("sha256", Success, time.Duration((i*37)%100+1)*time.Millisecond)
+			s.observeHedge("sha256", Success, time.Duration((i*37)%100+1)*time.Millisecond, clk.Now())
 		}
 		wantHedgeDelay(t, s, clk, "sha256", c.want, true)
 	}
@@ -74,7 +74,7 @@ func TestHedgeDelay_QuantileOfRecentSuccesses(t *testing.T) {
 	// 29th smallest (28.5 rounded up).
 	s, clk := newSelector(t, hedgeConfig(), peer("a"))
 	for i := range 30 {
-		s.observeHedge("sha256", Success, time.Duration(30-i)*time.Millisecond)
+		s.observeHedge("sha256", Success, time.Duration(30-i)*time.Millisecond, clk.Now())
 	}
 	wantHedgeDelay(t, s, clk, "sha256", 29*time.Millisecond, true)
 }
@@ -82,8 +82,8 @@ func TestHedgeDelay_QuantileOfRecentSuccesses(t *testing.T) {
 func TestHedgeDelay_Bounded(t *testing.T) {
 	s, clk := newSelector(t, hedgeConfig(), peer("a"))
 	for range 20 {
-		s.observeHedge("fast", Success, 100*time.Microsecond)
-		s.observeHedge("slow", Success, 5*time.Second)
+		s.observeHedge("fast", Success, 100*time.Microsecond, clk.Now())
+		s.observeHedge("slow", Success, 5*time.Second, clk.Now())
 	}
 	wantHedgeDelay(t, s, clk, "fast", 2*time.Millisecond, true) // hedge-delay-min
 	wantHedgeDelay(t, s, clk, "slow", time.Second, true)        // hedge-delay-max
@@ -96,8 +96,8 @@ func TestHedgeDelay_FactorTimesTheQuantile(t *testing.T) {
 	cfg.Hedge.Factor = 2
 	s, clk := newSelector(t, cfg, peer("a"))
 	for range 40 {
-		s.observeHedge("sha256", Success, 30*time.Millisecond)
-		s.observeHedge("slow", Success, 700*time.Millisecond)
+		s.observeHedge("sha256", Success, 30*time.Millisecond, clk.Now())
+		s.observeHedge("slow", Success, 700*time.Millisecond, clk.Now())
 	}
 	wantHedgeDelay(t, s, clk, "sha256", 60*time.Millisecond, true)
 	wantHedgeDelay(t, s, clk, "slow", time.Second, true) // 1.4s, above hedge-delay-max
@@ -109,28 +109,28 @@ func TestHedgeDelay_FactorTimesTheQuantile(t *testing.T) {
 func TestHedgeDelay_SlidingWindow(t *testing.T) {
 	s, clk := newSelector(t, hedgeConfig(), peer("a"))
 	for range 40 {
-		s.observeHedge("sha256", Success, 50*time.Millisecond)
+		s.observeHedge("sha256", Success, 50*time.Millisecond, clk.Now())
 	}
 	wantHedgeDelay(t, s, clk, "sha256", 50*time.Millisecond, true)
 	// Older than hedge-window: forgotten, back to hedge-delay.
 	clk.Advance(31 * time.Second)
 	wantHedgeDelay(t, s, clk, "sha256", 100*time.Millisecond, false)
 	for range 20 {
-		s.observeHedge("sha256", Success, 20*time.Millisecond)
+		s.observeHedge("sha256", Success, 20*time.Millisecond, clk.Now())
 	}
 	wantHedgeDelay(t, s, clk, "sha256", 20*time.Millisecond, true)
 	// The ring keeps the last hedgeRing samples only: a burst of fast ones
 	// pushes the slow ones out, within the window.
 	for range hedgeRing {
-		s.observeHedge("sha256", Success, 200*time.Millisecond)
+		s.observeHedge("sha256", Success, 200*time.Millisecond, clk.Now())
 	}
 	wantHedgeDelay(t, s, clk, "sha256", 200*time.Millisecond, true)
 	// p95 of 256 is the 244th smallest: with 243 fast ones it is still slow.
 	for range 243 {
-		s.observeHedge("sha256", Success, 8*time.Millisecond)
+		s.observeHedge("sha256", Success, 8*time.Millisecond, clk.Now())
 	}
 	wantHedgeDelay(t, s, clk, "sha256", 200*time.Millisecond, true)
-	s.observeHedge("sha256", Success, 8*time.Millisecond)
+	s.observeHedge("sha256", Success, 8*time.Millisecond, clk.Now())
 	wantHedgeDelay(t, s, clk, "sha256", 8*time.Millisecond, true)
 }
 
@@ -203,15 +203,15 @@ func TestHedgeDelay_QuantileZeroIsFixed(t *testing.T) {
 // BenchmarkHedgeDelay is the cost on the request path of the measured
 // delay: one success recorded and the delay read, as a hedged request does.
 func BenchmarkHedgeDelay(b *testing.B) {
-	s, _ := newSelector(b, hedgeConfig(), peer("a"))
+	s, clk := newSelector(b, hedgeConfig(), peer("a"))
 	for i := range hedgeRing {
-		s.observeHedge("sha256", Success, time.Duration(i)*time.Microsecond)
+		s.observeHedge("sha256", Success, time.Duration(i)*time.Microsecond, clk.Now())
 	}
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
 		i++
-		s.observeHedge("sha256", Success, time.Duration(i%1000)*time.Microsecond)
+		s.observeHedge("sha256", Success, time.Duration(i%1000)*time.Microsecond, clk.Now())
 		if d, _, _ := s.HedgeDelay("sha256"); d <= 0 {
 			b.Fatal("no delay")
 		}

@@ -455,6 +455,13 @@ func (p *Plan) Report(pk Pick, o Outcome, latency time.Duration) Verdict {
 // outcome caused, if any: the attempt that made the peer unreachable, told
 // to exactly one of the attempts that report at the same time.
 func (p *Plan) ReportAttempt(pk Pick, o Outcome, latency time.Duration) (Verdict, Transition, bool) {
+	return p.ReportAttemptAt(pk, o, latency, p.s.clock.Now())
+}
+
+// ReportAttemptAt is ReportAttempt for an attempt that ended at at, by a
+// caller that has read the clock at its end already (the selector's clock
+// is not read again).
+func (p *Plan) ReportAttemptAt(pk Pick, o Outcome, latency time.Duration, at time.Time) (Verdict, Transition, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	i := slices.IndexFunc(p.tried, func(t tried) bool { return t.e.id == pk.Peer })
@@ -465,20 +472,21 @@ func (p *Plan) ReportAttempt(pk Pick, o Outcome, latency time.Duration) (Verdict
 	t.reported = true
 	t.e.stats.inflight.Add(-1)
 	miss := o == Empty && !p.beyondHead
-	tr, changed := p.s.record(t.e, o, latency, miss)
+	tr, changed := p.s.record(t.e, o, latency, miss, at)
 	if miss {
 		t.missed = true
 		if p.succeeded {
 			p.s.contradicted(t.e)
 		}
 	}
-	return p.verdictLocked(t, o, latency), tr, changed
+	return p.verdictLocked(t, o, latency, at), tr, changed
 }
 
-// verdictLocked says what to do after attempt t's outcome o.
-func (p *Plan) verdictLocked(t *tried, o Outcome, latency time.Duration) Verdict {
+// verdictLocked says what to do after attempt t's outcome o, which came
+// in at at.
+func (p *Plan) verdictLocked(t *tried, o Outcome, latency time.Duration, at time.Time) Verdict {
 	if p.req.Idempotent {
-		p.s.observeHedge(p.req.WorkType, o, latency)
+		p.s.observeHedge(p.req.WorkType, o, latency, at)
 	}
 	if p.decided || o == Cancelled {
 		return Ignored

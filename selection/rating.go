@@ -272,11 +272,15 @@ func loadStep(l float64) float64 { return math.Floor(l*loadSteps) / loadSteps }
 // advertised, which is a snapshot from when the record was signed (records
 // are not re-signed for load). A change is in the ranking at the next
 // refresh. An unknown peer is ignored.
-func (s *Selector) ObserveLoad(id string, used int) {
+func (s *Selector) ObserveLoad(id string, used int) { s.ObserveLoadAt(id, used, s.clock.Now()) }
+
+// ObserveLoadAt is ObserveLoad for an answer that came in at at, by a
+// caller that has read the clock since (the selector's is not read again).
+func (s *Selector) ObserveLoadAt(id string, used int, at time.Time) {
 	s.mu.Lock()
 	st := s.stats[id]
 	s.mu.Unlock()
-	if st == nil || !st.observe(max(used, 0), s.clock.Now()) {
+	if st == nil || !st.observe(max(used, 0), at) {
 		return
 	}
 	s.markDirty()
@@ -285,11 +289,11 @@ func (s *Selector) ObserveLoad(id string, used int) {
 // record feeds one attempt's outcome to rating (miss: see rating.record)
 // and, when the peer could not be reached, to liveness; it returns the
 // liveness transition that caused, if any.
-func (s *Selector) record(e *entry, o Outcome, latency time.Duration, miss bool) (t Transition, changed bool) {
+func (s *Selector) record(e *entry, o Outcome, latency time.Duration, miss bool, at time.Time) (t Transition, changed bool) {
 	if o == Cancelled {
 		return Transition{}, false
 	}
-	e.rate.record(o, latency, s.clock.Now(), s.cfg.Rating.Window, float64(max(1, s.cfg.Rating.MinSamples)), miss)
+	e.rate.record(o, latency, at, s.cfg.Rating.Window, float64(max(1, s.cfg.Rating.MinSamples)), miss)
 	if o == Unreachable {
 		// Dispatch only adds evidence of unreachability; recovery is proven
 		// by polls, so a grey peer cannot hide behind its successes.

@@ -147,13 +147,13 @@ func busyAmong(as []apiv1.Attempt) bool {
 // attemptEnded is told of every attempt's end, remote or local: one that
 // held a place at a worker (anything but a busy refusal) freed it, which
 // may let a waiting request in; a success tells how long the work takes.
-func (d *Dispatcher) attemptEnded(workType string, o workers.Outcome, took time.Duration) {
+func (d *Dispatcher) attemptEnded(workType string, o workers.Outcome, took time.Duration, at time.Time) {
 	if o == workers.Busy {
 		return
 	}
 	d.admission.Freed()
 	if o == workers.Success {
-		d.observeNeed(workType, took)
+		d.observeNeed(workType, took, at)
 	}
 }
 
@@ -170,13 +170,14 @@ func (d *Dispatcher) need(workType string) time.Duration {
 	return 0
 }
 
-// observeNeed adds one success's duration to its work type's need.
-func (d *Dispatcher) observeNeed(workType string, took time.Duration) {
+// observeNeed adds the duration of one success, which ended at at, to its
+// work type's need.
+func (d *Dispatcher) observeNeed(workType string, took time.Duration, at time.Time) {
 	v, ok := d.needs.Load(workType)
 	if !ok {
 		v, _ = d.needs.LoadOrStore(workType, &needTracker{})
 	}
-	v.(*needTracker).observe(time.Now(), took)
+	v.(*needTracker).observe(at, took)
 }
 
 // needTracker follows the fastest successes of one work type over a

@@ -112,7 +112,7 @@ func TestDispatch_LeavesTheAdmissionQueueWhenItsDeadlineCannotBeMet(t *testing.T
 	g := workertest.NewGate(false)
 	defer g.Open()
 	d := gateDispatcher(t, g)
-	d.observeNeed("gate", 200*time.Millisecond)
+	d.observeNeed("gate", 200*time.Millisecond, time.Now())
 	go d.Dispatch(context.Background(), WorkRequest{Type: "gate", Timeout: 10 * time.Second})
 	workertest.Recv(t, g.Started, "the first request to run")
 	go d.Dispatch(context.Background(), WorkRequest{Type: "gate", Timeout: 10 * time.Second})

@@ -358,12 +358,13 @@ func (d *Dispatcher) fallback(ctx context.Context, req WorkRequest, plan *select
 	for spawn := 1; ; spawn++ {
 		start := time.Now()
 		r := d.pool.Submit(ctx, req.Type, req.Payload)
-		took := time.Since(start)
+		end := time.Now()
+		took := end.Sub(start)
 		res.Attempts = append(res.Attempts, apiv1.Attempt{
 			Peer: LocalWorker, Outcome: r.Outcome, Error: r.Error,
 			DurationMS: apiv1.Millis(took),
 		})
-		d.attemptEnded(req.Type, r.Outcome, took)
+		d.attemptEnded(req.Type, r.Outcome, took, end)
 		if r.Outcome == workers.Busy && spawn < d.cfg.Worker.MaxSpawnAttempts && ctx.Err() == nil && d.fits(ctx, req.Type) {
 			t := time.NewTimer(d.cfg.Worker.RetryDelay)
 			select {

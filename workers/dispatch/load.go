@@ -1,6 +1,8 @@
 package dispatch
 
 import (
+	"time"
+
 	"github.com/workmesh/workmesh/node"
 	"github.com/workmesh/workmesh/workers/protocol"
 )
@@ -17,10 +19,10 @@ func (d *Dispatcher) pollLoad(id string, ans node.HealthAnswer) {
 	d.sel.ObserveLoad(id, ans.Load.InFlight+ans.Load.Queued)
 }
 
-// answerLoad passes the load a work response carried to rating; a response
-// without one (an older worker) changes nothing.
-func (d *Dispatcher) answerLoad(id string, l protocol.Load) {
+// answerLoad passes the load a work response that came in at at carried
+// to rating; a response without one (an older worker) changes nothing.
+func (d *Dispatcher) answerLoad(id string, l protocol.Load, at time.Time) {
 	if l.Known {
-		d.sel.ObserveLoad(id, l.InFlight+l.Queued)
+		d.sel.ObserveLoadAt(id, l.InFlight+l.Queued, at)
 	}
 }

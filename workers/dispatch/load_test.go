@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"testing"
+	"time"
 
 	"github.com/workmesh/workmesh/config"
 	"github.com/workmesh/workmesh/node"
@@ -37,18 +38,18 @@ func TestDispatcher_AnswersCarryLoadToRating(t *testing.T) {
 		t.Fatalf("after a's loaded ping answer a scores %v, b %v, idle %v: want a below", polled, score(b), idle)
 	}
 	// b's work response: all 14 taken.
-	d.answerLoad(string(b.id), protocol.Load{InFlight: 4, Queued: 10, Known: true})
+	d.answerLoad(string(b.id), protocol.Load{InFlight: 4, Queued: 10, Known: true}, time.Now())
 	answered := score(b)
 	if answered >= polled {
 		t.Fatalf("after b's full work response b scores %v, a %v: want b below a", answered, polled)
 	}
 	// A response that says nothing of load changes nothing; one that says
 	// b is idle again brings it back.
-	d.answerLoad(string(b.id), protocol.Load{})
+	d.answerLoad(string(b.id), protocol.Load{}, time.Now())
 	if got := score(b); got != answered {
 		t.Errorf("a response without load moved b from %v to %v", answered, got)
 	}
-	d.answerLoad(string(b.id), protocol.Load{Known: true})
+	d.answerLoad(string(b.id), protocol.Load{Known: true}, time.Now())
 	if got := score(b); got != idle {
 		t.Errorf("b's idle response gives %v, want %v", got, idle)
 	}

@@ -90,7 +90,10 @@ type attemptResult struct {
 	outcome selection.Outcome
 	resp    protocol.Response
 	err     error
-	dur     time.Duration
+	// dur is how long the attempt took; end is when it ended (the clock
+	// read once for both).
+	dur time.Duration
+	end time.Time
 	// outOfTime says the attempt failed once the worker's time for the
 	// work (its budget, see workBudget) was up: it used the request's
 	// deadline, and what is left of it is only the way back.
@@ -142,8 +145,8 @@ func (l *attemptLoop) run(s strategy) {
 		ev, r := s.next()
 		switch ev {
 		case ended:
-			l.d.attemptEnded(l.req.Type, r.outcome, r.dur)
-			v, t, changed := l.plan.ReportAttempt(r.pick, r.outcome, r.dur)
+			l.d.attemptEnded(l.req.Type, r.outcome, r.dur, r.end)
+			v, t, changed := l.plan.ReportAttemptAt(r.pick, r.outcome, r.dur, r.end)
 			if changed {
 				// Attempts that could not reach a peer count as failed
 				// polls: the one that made it unreachable is logged as
@@ -263,8 +266,8 @@ func (l *attemptLoop) undecided() {
 // abandoned records an attempt that the decision cut short: reported
 // cancelled, so it stays out of the error statistics.
 func (l *attemptLoop) abandoned(r attemptResult) {
-	l.d.attemptEnded(l.req.Type, workers.Cancelled, r.dur)
-	l.plan.Report(r.pick, workers.Cancelled, r.dur)
+	l.d.attemptEnded(l.req.Type, workers.Cancelled, r.dur, r.end)
+	l.plan.ReportAttemptAt(r.pick, workers.Cancelled, r.dur, r.end)
 	l.res.Attempts = append(l.res.Attempts, l.d.attemptOf(r, workers.Cancelled))
 }
 
@@ -371,6 +374,12 @@ func (h *hedged) stop() {
 	}
 }
 
+// ended notes the attempt's end: now, since start.
+func (r *attemptResult) ended(start time.Time) {
+	r.end = time.Now()
+	r.dur = r.end.Sub(start)
+}
+
 // decided makes the deciding attempt the request's result.
 func (d *Dispatcher) decided(r attemptResult, res *WorkResult) {
 	res.Worker = d.idString(r.pick.Peer)
@@ -392,7 +401,8 @@ func (d *Dispatcher) attempt(ctx context.Context, req WorkRequest, pk selection.
 	id := peer.ID(pk.Peer)
 	waited, err := dials.wait(ctx, pk.Peer)
 	if err != nil {
-		r.outcome, r.err, r.dur = workers.Unreachable, err, time.Since(start)
+		r.outcome, r.err = workers.Unreachable, err
+		r.ended(start)
 		if ctx.Err() != nil {
 			r.outcome = workers.Cancelled
 		}
@@ -400,7 +410,8 @@ func (d *Dispatcher) attempt(ctx context.Context, req WorkRequest, pk selection.
 	}
 	ctx, err = d.node.OverRelay(ctx, id, len(req.Payload))
 	if err != nil {
-		r.outcome, r.err, r.dur = workers.Unsupported, err, time.Since(start)
+		r.outcome, r.err = workers.Unsupported, err
+		r.ended(start)
 		return r
 	}
 	// The request's deadline (ctx's) bounds the attempt: work that runs
@@ -419,7 +430,7 @@ func (d *Dispatcher) attempt(ctx context.Context, req WorkRequest, pk selection.
 		Timeout:       budget,
 		AcceptTimeout: d.acceptWait(pk.Peer),
 	})
-	r.dur = time.Since(start)
+	r.ended(start)
 	took := r.dur
 	if waited {
 		took = time.Since(called)
@@ -446,7 +457,7 @@ func (d *Dispatcher) attempt(ctx context.Context, req WorkRequest, pk selection.
 			// every other request and refuse the rest.
 			d.sel.Liveness().ReportAnswer(pk.Peer)
 		}
-		d.answerLoad(pk.Peer, resp.Load)
+		d.answerLoad(pk.Peer, resp.Load, r.end)
 	}
 	r.outOfTime = budget > 0 && took >= budget && r.outcome != workers.Success && r.outcome != workers.Empty
 	return r

@@ -387,7 +387,7 @@ func (s *Server) run(c *wstream, req *Request, sr *ServedRequest, start time.Tim
 	// and with it this request's.
 	t, res, ok := s.pool.AdmitPeerIn(ctx, c.cancelRequests, req.Type, req.Payload)
 	if ok {
-		res = s.execute(c, req, t, start)
+		res = s.execute(c, req, t)
 		// The ticket's context keeps the first cause it was cancelled with.
 		if cause := context.Cause(t.Context()); errors.Is(cause, ErrClientGone) || errors.Is(cause, ErrMalformed) ||
 			errors.Is(cause, workers.ErrDropped) {
@@ -424,12 +424,12 @@ func (s *Server) release(p peer.ID) { s.cfg.limiter.Release(p) }
 // That read is never stopped: once the work is done, it becomes the
 // stream's wait for its next request (c.watch), so the stream stays
 // whole on every transport, with or without deadlines.
-func (s *Server) execute(c *wstream, req *Request, t *pool.Ticket, start time.Time) workers.Result {
+func (s *Server) execute(c *wstream, req *Request, t *pool.Ticket) workers.Result {
 	grace := s.cfg.grace
 	if req.AcceptTimeout > 0 {
 		grace = min(grace, req.AcceptTimeout/4)
 	}
-	c.arm(t, req.AcceptTimeout > 0, grace, start)
+	c.arm(t, req.AcceptTimeout > 0, grace)
 	res, intercepted := workers.Result{}, false
 	if s.cfg.intercept != nil {
 		res, intercepted = s.cfg.intercept.Intercept(s.pool, t)

@@ -17,8 +17,7 @@ import (
 // work outlasts it (execute): the accept frame, and a read that notices
 // the client's reset while the work runs.
 
-// arm starts the grace period of the request whose ticket is t, which
-// arrived at start (a moment ago: the clock is read once a request). The
+// arm starts the grace period of the request whose ticket is t. The
 // grace timer is the stream's and is not stopped when a request ends in
 // time: set while it is not pending (or pending for later than this
 // grace period ends), it checks when it fires whether a request has
@@ -26,10 +25,12 @@ import (
 // running one's (fire). So work done within the grace period allocates
 // no watchdog, and a stream carrying request after request costs a timer
 // change about once a grace period instead of two per request.
-func (c *wstream) arm(t *pool.Ticket, accept bool, grace time.Duration, start time.Time) {
+func (c *wstream) arm(t *pool.Ticket, accept bool, grace time.Duration) {
 	c.ticket.Store(t)
 	c.accept.Store(accept)
-	at := start.Add(grace)
+	// Read now, not taken from the request's arrival: the timer fires
+	// grace from now, and timerAt must not say sooner.
+	at := time.Now().Add(grace)
 	c.gmu.Lock()
 	defer c.gmu.Unlock()
 	c.graceAt, c.running = at, true

@@ -53,24 +53,23 @@ func blackHole(t testing.TB, m *member) {
 	}
 }
 
-func TestDispatch_LocalFallbackWhenRemoteUnreachable(t *testing.T) {
-	const connectTimeout = 400 * time.Millisecond
-	hits := newHitCounter()
-	gwCfg := func(c *config.Config) {
+// deadDialsConfig is a gateway's for dials to dead workers: connect-timeout
+// connectTimeout, room for four remote attempts, and no polls that would
+// find the workers dead before a request dials them.
+func deadDialsConfig(connectTimeout time.Duration) func(*config.Config) {
+	return func(c *config.Config) {
 		c.Worker.ConnectTimeout = connectTimeout
 		c.Worker.MaxRemoteWorkers = 4
 		c.Worker.MaxRetries = 4
 		c.Liveness.PollInterval = time.Minute // polls must not hide the dials
 		c.Liveness.PollSuccessThreshold = 0
 	}
-	gw := startMember(t, hits, memberSpec{name: "gateway", cfg: gwCfg, handlers: map[string]workers.Handler{"sha256": sha256Handler("local", hits)}}, nil)
-	var dead []*member
-	for _, n := range []string{"d1", "d2", "d3", "d4"} {
-		dead = append(dead, startMember(t, hits, memberSpec{name: n, handlers: map[string]workers.Handler{"sha256": sha256Handler(n, hits)}}, gw))
-	}
-	waitRanked(t, gw, "sha256", 4)
-	// Every remote worker dies and its port becomes a black hole; the
-	// gateway still holds their records (their TTL has not passed).
+}
+
+// killBehindBlackHoles stops the members dead, makes their ports black
+// holes and waits until gw sees them disconnected.
+func killBehindBlackHoles(t *testing.T, gw *member, dead []*member) {
+	t.Helper()
 	for _, m := range dead {
 		m.stop()
 		blackHole(t, m)
@@ -83,6 +82,21 @@ func TestDispatch_LocalFallbackWhenRemoteUnreachable(t *testing.T) {
 		}
 		return nil
 	}, gw.node.Peers())
+}
+
+func TestDispatch_LocalFallbackWhenRemoteUnreachable(t *testing.T) {
+	const connectTimeout = 400 * time.Millisecond
+	hits := newHitCounter()
+	gwCfg := deadDialsConfig(connectTimeout)
+	gw := startMember(t, hits, memberSpec{name: "gateway", cfg: gwCfg, handlers: map[string]workers.Handler{"sha256": sha256Handler("local", hits)}}, nil)
+	var dead []*member
+	for _, n := range []string{"d1", "d2", "d3", "d4"} {
+		dead = append(dead, startMember(t, hits, memberSpec{name: n, handlers: map[string]workers.Handler{"sha256": sha256Handler(n, hits)}}, gw))
+	}
+	waitRanked(t, gw, "sha256", 4)
+	// Every remote worker dies and its port becomes a black hole; the
+	// gateway still holds their records (their TTL has not passed).
+	killBehindBlackHoles(t, gw, dead)
 	name := peerName(append(dead, gw)...)
 	start := time.Now()
 	res := gw.submit(t, dispatch.WorkRequest{Type: "sha256", Payload: []byte("hello")})
@@ -108,6 +122,54 @@ func TestDispatch_LocalFallbackWhenRemoteUnreachable(t *testing.T) {
 		t.Fatalf("fallback took %s with 4 dead candidates, want at most connect-timeout plus a margin (%s)", took, limit)
 	}
 	t.Logf("4 black-holed candidates, local fallback after %s (connect-timeout %s)", took, connectTimeout)
+}
+
+// TestDispatch_DeadCandidatesDialedAheadBehindAConnectedFirstPick: the
+// first pick is a connected worker that fails slowly, and the candidates
+// after it are dead, their connections closed. They are still dialed
+// ahead from the request's start (the dispatcher knows peers it is not
+// connected to), so the fallback comes after the slow failure or one
+// connect timeout, whichever is longer, not the two in a row.
+func TestDispatch_DeadCandidatesDialedAheadBehindAConnectedFirstPick(t *testing.T) {
+	const (
+		connectTimeout = 400 * time.Millisecond
+		slowFailure    = 300 * time.Millisecond
+	)
+	hits := newHitCounter()
+	gwCfg := func(c *config.Config) {
+		deadDialsConfig(connectTimeout)(c)
+		include := true
+		c.LabelBalancing = &config.LabelBalancingConfig{Order: []string{"first"}, IncludeDefault: &include}
+	}
+	gw := startMember(t, hits, memberSpec{name: "gateway", cfg: gwCfg, handlers: map[string]workers.Handler{"sha256": sha256Handler("local", hits)}}, nil)
+	slow := startMember(t, hits, memberSpec{name: "slow", labels: []string{"first"}, handlers: map[string]workers.Handler{"sha256": workers.HandlerFunc(func(ctx context.Context, _ []byte) workers.Result {
+		select {
+		case <-time.After(slowFailure):
+		case <-ctx.Done():
+		}
+		return workers.Fail(workers.RetryableError, "slow failure")
+	})}}, gw)
+	var dead []*member
+	for _, n := range []string{"d1", "d2", "d3"} {
+		dead = append(dead, startMember(t, hits, memberSpec{name: n, handlers: map[string]workers.Handler{"sha256": sha256Handler(n, hits)}}, gw))
+	}
+	waitRanked(t, gw, "sha256", 4)
+	killBehindBlackHoles(t, gw, dead)
+	name := peerName(append(dead, slow, gw)...)
+	start := time.Now()
+	res := gw.submit(t, dispatch.WorkRequest{Type: "sha256", Payload: []byte("hello")})
+	took := time.Since(start)
+	if res.Status != apiv1.StatusOK || res.Worker != dispatch.LocalWorker {
+		t.Fatalf("%s; want ok from the local worker", describe(res, name))
+	}
+	if len(res.Attempts) == 0 || res.Attempts[0].Peer != slow.node.ID().String() {
+		t.Fatalf("the first attempt was not the slow worker's: %s", describe(res, name))
+	}
+	// In a row they would cost 700ms; dialed ahead, about 400ms.
+	if limit := connectTimeout + connectTimeout/2; took > limit {
+		t.Fatalf("fallback took %s behind a %s failure and 3 dead candidates, want at most %s: %s", took, slowFailure, limit, describe(res, name))
+	}
+	t.Logf("a %s failure, then 3 black-holed candidates: local fallback after %s (connect-timeout %s)", slowFailure, took, connectTimeout)
 }
 
 func TestDispatch_WorkerKilledMidWork(t *testing.T) {

@@ -130,6 +130,12 @@ type Dispatcher struct {
 	// connection events Run reads (same owner as synced): their
 	// candidates carry Relayed.
 	relayed map[peer.ID]bool
+	// unconnected holds the peers last synced that the host holds no
+	// connection to, kept by syncPeers and the connection events Run
+	// reads (same owner as synced); nUnconnected is its size, for the
+	// request path (attemptLoop.launch).
+	unconnected  map[peer.ID]struct{}
+	nUnconnected atomic.Int64
 	// protected holds the workers whose connections this dispatcher has
 	// the connection manager keep (protectLeading; owned by Run).
 	protected map[peer.ID]bool

@@ -5,6 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/libp2p/go-libp2p"
+	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/workmesh/workmesh/config"
@@ -36,15 +39,52 @@ func TestDispatch_ARequestStartsFromNothingOfTheOneBefore(t *testing.T) {
 	}
 }
 
-// TestLaunch_DialsAheadOnceTheRequestMeetsAPeerItMustDial: the candidates
-// left are dialed ahead from a request's first attempt when its peer is
-// not connected, and from its later attempts on; a first attempt on a
-// connected peer dials nothing.
-func TestLaunch_DialsAheadOnceTheRequestMeetsAPeerItMustDial(t *testing.T) {
-	a, b, c := NewFakePeer(nil, "echo"), NewFakePeer(nil, "echo"), NewFakePeer(nil, "echo")
-	d := testDispatcher(t, config.Defaults(), a, b, c)
-	h := newLoopbackHost(t)
-	workertest.Must(t, d.node.Host().Connect(context.Background(), peer.AddrInfo{ID: h.ID(), Addrs: h.Addrs()}))
+// TestLaunch_DialsAheadWhenAPeerMayNeedADial: a request's first attempt
+// on a connected peer, while the host is connected to every peer it knows,
+// dials no candidate ahead; its later attempts do, and so does a first
+// attempt once a known peer is seen unconnected.
+func TestLaunch_DialsAheadWhenAPeerMayNeedADial(t *testing.T) {
+	hosts := make([]host.Host, 3)
+	peers := make([]*fakePeer, 3)
+	for i := range hosts {
+		key, _, err := crypto.GenerateEd25519Key(nil)
+		workertest.Must(t, err)
+		hosts[i], err = libp2p.New(libp2p.Identity(key), libp2p.ListenAddrStrings("/ip4/127.0.0.1/udp/0/quic-v1"))
+		workertest.Must(t, err)
+		t.Cleanup(func() { hosts[i].Close() })
+		peers[i] = &fakePeer{types: []string{"echo"}, key: key}
+	}
+	d := testDispatcher(t, config.Defaults(), peers...)
+	for _, h := range hosts {
+		workertest.Must(t, d.node.Host().Connect(context.Background(), peer.AddrInfo{ID: h.ID(), Addrs: h.Addrs()}))
+	}
+	// The peer table learns of connections from the host's events:
+	// tableSays waits until it holds the first two peers connected and
+	// the third as third says.
+	tableSays := func(third bool) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); ; {
+			all := true
+			for i, p := range peers {
+				e, ok := d.node.Peers().Get(p.id)
+				if !ok || e.Connected != (i < 2 || third) {
+					all = false
+				}
+			}
+			if all {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the peer table does not hold the peers as connected (the third: %v) within 5s", third)
+			}
+			select {
+			case <-d.node.Peers().Changed():
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	}
+	tableSays(true)
+	d.syncPeers()
 	newLoop := func() *attemptLoop {
 		l := &attemptLoop{d: d, ctx: context.Background(), plan: d.sel.Plan(selection.Request{WorkType: "echo"})}
 		l.dials.d, l.dials.parent = d, l.ctx
@@ -56,21 +96,26 @@ func TestLaunch_DialsAheadOnceTheRequestMeetsAPeerItMustDial(t *testing.T) {
 		defer l.dials.mu.Unlock()
 		return len(l.dials.calls)
 	}
-	connected := selection.Pick{Peer: string(h.ID())}
+	first := selection.Pick{Peer: string(hosts[0].ID())}
+	// The third peer's connection closes; no event has told the
+	// dispatcher yet. Dialed ahead, it would be dialed again.
+	workertest.Must(t, d.node.Host().Network().ClosePeer(hosts[2].ID()))
 
 	l := newLoop()
-	l.launch(&l.inline, connected)
+	l.launch(&l.inline, first)
 	if n := dialing(l); n != 0 {
-		t.Fatalf("a first attempt on a connected peer dialed %d candidates ahead, want none", n)
+		t.Fatalf("a first attempt on a connected peer, every peer known connected: %d dialed ahead, want none", n)
 	}
-	l.launch(&l.inline, connected) // a retry
-	if n := dialing(l); n != 3 {
-		t.Fatalf("a retry dialed %d candidates ahead, want the 3 left", n)
+	l.launch(&l.inline, first) // a retry
+	if n := dialing(l); n != 1 {
+		t.Fatalf("a retry: %d dialed ahead, want the one not connected", n)
 	}
 
 	l = newLoop()
-	l.launch(&l.inline, selection.Pick{Peer: string(a.id)})
-	if n := dialing(l); n != 3 {
-		t.Fatalf("a first attempt on a peer not connected dialed %d candidates ahead, want the 3 left", n)
+	tableSays(false) // the third peer's entry says it is not connected
+	d.syncPeers()
+	l.launch(&l.inline, first)
+	if n := dialing(l); n != 1 {
+		t.Fatalf("a first attempt with a known peer not connected: %d dialed ahead, want that one", n)
 	}
 }

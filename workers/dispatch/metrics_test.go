@@ -151,6 +151,8 @@ type fakePeer struct {
 	id     peer.ID
 	labels []string
 	types  []string
+	// key signs its record when set (a real host's), a fresh key otherwise.
+	key crypto.PrivKey
 }
 
 // testDispatcher starts one node with no peers and a dispatcher whose local
@@ -180,8 +182,13 @@ func testDispatcherWith(t testing.TB, cfg config.Config, nodeOpts []node.Option,
 	d, err := New(cfg, n, pool, WithLogger(workertest.QuietLogger()), WithSelectionOptions(selection.WithSeed(1)))
 	workertest.Must(t, err)
 	for _, p := range peers {
-		key, _, err := crypto.GenerateEd25519Key(nil)
-		workertest.Must(t, err)
+		key := p.key
+		if key == nil {
+			var err error
+			key, _, err = crypto.GenerateEd25519Key(nil)
+			workertest.Must(t, err)
+		}
+		var err error
 		p.id, err = peer.IDFromPrivateKey(key)
 		workertest.Must(t, err)
 		nd := node.NodeData{PeerID: p.id, Network: cfg.Node.Network, Labels: p.labels, Sequence: 1,

@@ -202,6 +202,14 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 					probe(due)
 				}
 			}
+			if _, known := d.synced[e.Peer]; known {
+				if e.Connectedness == network.Connected || e.Connectedness == network.Limited {
+					delete(d.unconnected, e.Peer)
+				} else {
+					d.unconnected[e.Peer] = struct{}{}
+				}
+				d.nUnconnected.Store(int64(len(d.unconnected)))
+			}
 			if d.noteRelayed(e.Peer, e.Connectedness == network.Limited) {
 				// Direct peers win over relayed ones among equals: the
 				// candidate changes, and is synced now or at the window's end.
@@ -220,6 +228,22 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// noteUnconnected notes which of the peers synced the host holds no
+// connection to, direct or relayed, as their peer table entries say; the
+// connection events Run reads keep it up to date between syncs.
+func (d *Dispatcher) noteUnconnected() {
+	clear(d.unconnected)
+	if d.unconnected == nil {
+		d.unconnected = make(map[peer.ID]struct{})
+	}
+	for id, sp := range d.synced {
+		if !sp.entry.Connected && !d.relayed[id] {
+			d.unconnected[id] = struct{}{}
+		}
+	}
+	d.nUnconnected.Store(int64(len(d.unconnected)))
 }
 
 // noteRelayed records whether the host is connected to p through a relay
@@ -385,6 +409,7 @@ func (d *Dispatcher) syncPeers() {
 			}
 		}
 	}
+	d.noteUnconnected()
 	if !changed {
 		return
 	}

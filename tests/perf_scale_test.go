@@ -348,6 +348,8 @@ wait:
 		for range loadRounds {
 			runtime.GC()
 			gcPercent := debug.SetGCPercent(-1)
+			restoreGC := sync.OnceFunc(func() { debug.SetGCPercent(gcPercent) })
+			defer restoreGC() // also when the round ends the benchmark
 			var ms0 runtime.MemStats
 			runtime.ReadMemStats(&ms0)
 			cpu0 := cpuTime(b)
@@ -371,7 +373,7 @@ wait:
 			cpu := cpuTime(b) - cpu0
 			var ms1 runtime.MemStats
 			runtime.ReadMemStats(&ms1)
-			debug.SetGCPercent(gcPercent)
+			restoreGC()
 			rounds = append(rounds, round{res: r, cpu: cpu, allocMiB: float64(ms1.TotalAlloc-ms0.TotalAlloc) / (1 << 20), gcs: ms1.NumGC - ms0.NumGC})
 			failedMost = max(failedMost, r.failed)
 			if r.failed > 0 {

@@ -458,9 +458,9 @@ func (p *Plan) ReportAttempt(pk Pick, o Outcome, latency time.Duration) (Verdict
 	return p.ReportAttemptAt(pk, o, latency, p.s.clock.Now())
 }
 
-// ReportAttemptAt is ReportAttempt for an attempt that ended at at, by a
-// caller that has read the clock at its end already (the selector's clock
-// is not read again).
+// ReportAttemptAt is ReportAttempt for an attempt that ended at at, read
+// from the selector's clock (Selector.Clock) by a caller that has read it
+// at the attempt's end already: it is not read again.
 func (p *Plan) ReportAttemptAt(pk Pick, o Outcome, latency time.Duration, at time.Time) (Verdict, Transition, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()

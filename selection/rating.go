@@ -274,8 +274,9 @@ func loadStep(l float64) float64 { return math.Floor(l*loadSteps) / loadSteps }
 // refresh. An unknown peer is ignored.
 func (s *Selector) ObserveLoad(id string, used int) { s.ObserveLoadAt(id, used, s.clock.Now()) }
 
-// ObserveLoadAt is ObserveLoad for an answer that came in at at, by a
-// caller that has read the clock since (the selector's is not read again).
+// ObserveLoadAt is ObserveLoad for an answer that came in at at, read from
+// the selector's clock (Selector.Clock) by a caller that has read it since:
+// it is not read again.
 func (s *Selector) ObserveLoadAt(id string, used int, at time.Time) {
 	s.mu.Lock()
 	st := s.stats[id]

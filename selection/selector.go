@@ -182,6 +182,10 @@ func New(cfg config.Config, opts ...Option) (*Selector, error) {
 // Liveness returns the liveness tracker the Selector consults.
 func (s *Selector) Liveness() *Liveness { return s.live }
 
+// Clock returns the clock the Selector reads (WithClock): the times passed
+// to ReportAttemptAt and ObserveLoadAt are read from it.
+func (s *Selector) Clock() Clock { return s.clock }
+
 // SetPeers replaces the candidate set (from the peer table) and rebuilds the
 // ranking. Peers that are gone are forgotten by rating and liveness.
 func (s *Selector) SetPeers(peers []Peer) {

@@ -105,11 +105,14 @@ type WorkResult struct {
 // the selection core, and falls back to the local worker. Run keeps the
 // core in step with the network (peer table, liveness polls, ranking).
 type Dispatcher struct {
-	cfg    config.Config
-	node   *node.Node
-	sel    *selection.Selector
-	client *protocol.Client
-	pool   *pool.Pool
+	cfg  config.Config
+	node *node.Node
+	sel  *selection.Selector
+	// selClock is the selection core's clock when it is not the system
+	// clock (tests may set one); nil otherwise.
+	selClock selection.Clock
+	client   *protocol.Client
+	pool     *pool.Pool
 	// catalog says which work types may be hedged (see WithCatalog).
 	catalog workers.Catalog
 	log     logrus.FieldLogger
@@ -231,6 +234,9 @@ func New(cfg config.Config, n *node.Node, local *pool.Pool, opts ...Option) (*Di
 		syncDelay: defaultSyncDelay, trust: newTrustMetrics(),
 		// Requests wait on the real clock of their deadlines.
 		admission: selection.NewAdmission(cfg.Worker.AdmissionQueueSize, nil),
+	}
+	if _, system := sel.Clock().(selection.SystemClock); !system {
+		d.selClock = sel.Clock()
 	}
 	sel.Liveness().OnTransition(d.metrics.transition)
 	d.audits = newAuditor(d)

@@ -90,10 +90,13 @@ type attemptResult struct {
 	outcome selection.Outcome
 	resp    protocol.Response
 	err     error
-	// dur is how long the attempt took; end is when it ended (the clock
-	// read once for both).
-	dur time.Duration
-	end time.Time
+	// dur is how long the attempt took and end when it ended, on the
+	// system clock, read once for both; selAt is end on the selection
+	// core's clock, which it is unless the core runs on another
+	// (Dispatcher.ended).
+	dur   time.Duration
+	end   time.Time
+	selAt time.Time
 	// outOfTime says the attempt failed once the worker's time for the
 	// work (its budget, see workBudget) was up: it used the request's
 	// deadline, and what is left of it is only the way back.
@@ -146,7 +149,7 @@ func (l *attemptLoop) run(s strategy) {
 		switch ev {
 		case ended:
 			l.d.attemptEnded(l.req.Type, r.outcome, r.dur, r.end)
-			v, t, changed := l.plan.ReportAttemptAt(r.pick, r.outcome, r.dur, r.end)
+			v, t, changed := l.plan.ReportAttemptAt(r.pick, r.outcome, r.dur, r.selAt)
 			if changed {
 				// Attempts that could not reach a peer count as failed
 				// polls: the one that made it unreachable is logged as
@@ -269,7 +272,7 @@ func (l *attemptLoop) undecided() {
 // cancelled, so it stays out of the error statistics.
 func (l *attemptLoop) abandoned(r attemptResult) {
 	l.d.attemptEnded(l.req.Type, workers.Cancelled, r.dur, r.end)
-	l.plan.ReportAttemptAt(r.pick, workers.Cancelled, r.dur, r.end)
+	l.plan.ReportAttemptAt(r.pick, workers.Cancelled, r.dur, r.selAt)
 	l.res.Attempts = append(l.res.Attempts, l.d.attemptOf(r, workers.Cancelled))
 }
 
@@ -376,10 +379,15 @@ func (h *hedged) stop() {
 	}
 }
 
-// ended notes the attempt's end: now, since start.
-func (r *attemptResult) ended(start time.Time) {
+// ended notes the end of attempt r, which started at start: now, since
+// start, and now on the selection core's clock.
+func (d *Dispatcher) ended(r *attemptResult, start time.Time) {
 	r.end = time.Now()
 	r.dur = r.end.Sub(start)
+	r.selAt = r.end
+	if d.selClock != nil {
+		r.selAt = d.selClock.Now()
+	}
 }
 
 // decided makes the deciding attempt the request's result.
@@ -404,7 +412,7 @@ func (d *Dispatcher) attempt(ctx context.Context, req WorkRequest, pk selection.
 	waited, err := dials.wait(ctx, pk.Peer)
 	if err != nil {
 		r.outcome, r.err = workers.Unreachable, err
-		r.ended(start)
+		d.ended(&r, start)
 		if ctx.Err() != nil {
 			r.outcome = workers.Cancelled
 		}
@@ -413,7 +421,7 @@ func (d *Dispatcher) attempt(ctx context.Context, req WorkRequest, pk selection.
 	ctx, err = d.node.OverRelay(ctx, id, len(req.Payload))
 	if err != nil {
 		r.outcome, r.err = workers.Unsupported, err
-		r.ended(start)
+		d.ended(&r, start)
 		return r
 	}
 	// The request's deadline (ctx's) bounds the attempt: work that runs
@@ -432,7 +440,7 @@ func (d *Dispatcher) attempt(ctx context.Context, req WorkRequest, pk selection.
 		Timeout:       budget,
 		AcceptTimeout: d.acceptWait(pk.Peer),
 	})
-	r.ended(start)
+	d.ended(&r, start)
 	took := r.dur
 	if waited {
 		took = time.Since(called)
@@ -459,7 +467,7 @@ func (d *Dispatcher) attempt(ctx context.Context, req WorkRequest, pk selection.
 			// every other request and refuse the rest.
 			d.sel.Liveness().ReportAnswer(pk.Peer)
 		}
-		d.answerLoad(pk.Peer, resp.Load, r.end)
+		d.answerLoad(pk.Peer, resp.Load, r.selAt)
 	}
 	r.outOfTime = budget > 0 && took >= budget && r.outcome != workers.Success && r.outcome != workers.Empty
 	return r

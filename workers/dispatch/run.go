@@ -203,11 +203,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 				}
 			}
 			if _, known := d.synced[e.Peer]; known {
-				if e.Connectedness == network.Connected || e.Connectedness == network.Limited {
-					delete(d.unconnected, e.Peer)
-				} else {
-					d.unconnected[e.Peer] = struct{}{}
-				}
+				d.noteUnconnected(e.Peer, e.Connectedness != network.Connected && e.Connectedness != network.Limited)
 				d.nUnconnected.Store(int64(len(d.unconnected)))
 			}
 			if d.noteRelayed(e.Peer, e.Connectedness == network.Limited) {
@@ -230,20 +226,18 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	}
 }
 
-// noteUnconnected notes which of the peers synced the host holds no
-// connection to, direct or relayed, as their peer table entries say; the
-// connection events Run reads keep it up to date between syncs.
-func (d *Dispatcher) noteUnconnected() {
-	clear(d.unconnected)
+// noteUnconnected notes whether the host holds no connection to peer id,
+// direct or relayed, as a sync (for the entries that changed) or a
+// connection event says.
+func (d *Dispatcher) noteUnconnected(id peer.ID, unconnected bool) {
+	if !unconnected {
+		delete(d.unconnected, id)
+		return
+	}
 	if d.unconnected == nil {
 		d.unconnected = make(map[peer.ID]struct{})
 	}
-	for id, sp := range d.synced {
-		if !sp.entry.Connected && !d.relayed[id] {
-			d.unconnected[id] = struct{}{}
-		}
-	}
-	d.nUnconnected.Store(int64(len(d.unconnected)))
+	d.unconnected[id] = struct{}{}
 }
 
 // noteRelayed records whether the host is connected to p through a relay
@@ -396,6 +390,7 @@ func (d *Dispatcher) syncPeers() {
 			changed = true
 		}
 		d.synced[id] = sp
+		d.noteUnconnected(id, !e.Connected && !relayed)
 	}
 	if kept < before { // some peers are gone
 		changed = true
@@ -406,10 +401,11 @@ func (d *Dispatcher) syncPeers() {
 		for id := range d.synced {
 			if _, ok := present[id]; !ok {
 				delete(d.synced, id)
+				delete(d.unconnected, id)
 			}
 		}
 	}
-	d.noteUnconnected()
+	d.nUnconnected.Store(int64(len(d.unconnected)))
 	if !changed {
 		return
 	}

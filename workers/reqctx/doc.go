@@ -15,10 +15,13 @@
 //     them through its AfterFunc method, with no goroutine.
 //
 // What it saves over WithDeadline is work on every request: it is one
-// allocation, and a caller that blocks on the request (the work
-// protocol's client, resetting its stream when the request ends) watches
-// it with Watch, which allocates nothing, instead of context.AfterFunc,
-// which makes a context, a channel and a map for it.
+// allocation, and the hook context.AfterFunc sets on a parent that can end
+// (WithDeadline's timer and the functions its deadline and its parent's
+// end run are reused from context to context, once Stop has made sure
+// neither can still run), and a caller that blocks on the request
+// (the work protocol's client, resetting its stream when the request
+// ends) watches it with Watch, which allocates nothing, instead of
+// context.AfterFunc, which makes a context, a channel and a map for it.
 //
 // It imports only the standard library: the work protocol (both ends) and
 // the dispatcher import it.

@@ -7,7 +7,6 @@ import (
 
 	"github.com/libp2p/go-libp2p"
 	"github.com/libp2p/go-libp2p/core/crypto"
-	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/workmesh/workmesh/config"
@@ -42,49 +41,36 @@ func TestDispatch_ARequestStartsFromNothingOfTheOneBefore(t *testing.T) {
 // TestLaunch_DialsAheadWhenAPeerMayNeedADial: a request's first attempt
 // on a connected peer, while the host is connected to every peer it knows,
 // dials no candidate ahead; its later attempts do, and so does a first
-// attempt once a known peer is seen unconnected.
+// attempt while a known peer is not connected.
 func TestLaunch_DialsAheadWhenAPeerMayNeedADial(t *testing.T) {
-	hosts := make([]host.Host, 3)
-	peers := make([]*fakePeer, 3)
-	for i := range hosts {
-		key, _, err := crypto.GenerateEd25519Key(nil)
-		workertest.Must(t, err)
-		hosts[i], err = libp2p.New(libp2p.Identity(key), libp2p.ListenAddrStrings("/ip4/127.0.0.1/udp/0/quic-v1"))
-		workertest.Must(t, err)
-		t.Cleanup(func() { hosts[i].Close() })
-		peers[i] = &fakePeer{types: []string{"echo"}, key: key}
-	}
-	d := testDispatcher(t, config.Defaults(), peers...)
-	for _, h := range hosts {
-		workertest.Must(t, d.node.Host().Connect(context.Background(), peer.AddrInfo{ID: h.ID(), Addrs: h.Addrs()}))
-	}
-	// The peer table learns of connections from the host's events:
-	// tableSays waits until it holds the first two peers connected and
-	// the third as third says.
-	tableSays := func(third bool) {
-		t.Helper()
-		for deadline := time.Now().Add(5 * time.Second); ; {
-			all := true
-			for i, p := range peers {
-				e, ok := d.node.Peers().Get(p.id)
-				if !ok || e.Connected != (i < 2 || third) {
-					all = false
-				}
-			}
-			if all {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("the peer table does not hold the peers as connected (the third: %v) within 5s", third)
-			}
-			select {
-			case <-d.node.Peers().Changed():
-			case <-time.After(10 * time.Millisecond):
-			}
+	key, _, err := crypto.GenerateEd25519Key(nil)
+	workertest.Must(t, err)
+	h, err := libp2p.New(libp2p.Identity(key), libp2p.ListenAddrStrings("/ip4/127.0.0.1/udp/0/quic-v1"))
+	workertest.Must(t, err)
+	t.Cleanup(func() { h.Close() })
+	// live is a worker the dispatcher connects to; gone one it never
+	// reaches (no host, no address).
+	live, gone := &fakePeer{types: []string{"echo"}, key: key}, NewFakePeer(nil, "echo")
+	d := testDispatcher(t, config.Defaults(), live, gone)
+	workertest.Must(t, d.node.Host().Connect(context.Background(), peer.AddrInfo{ID: h.ID(), Addrs: h.Addrs()}))
+	// The peer table learns of the connection from the host's events;
+	// the next sync counts the known peers not connected: gone alone.
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		if e, ok := d.node.Peers().Get(live.id); ok && e.Connected {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the peer table does not hold the live worker as connected within 5s")
+		}
+		select {
+		case <-d.node.Peers().Changed():
+		case <-time.After(10 * time.Millisecond):
 		}
 	}
-	tableSays(true)
 	d.syncPeers()
+	if n := d.nUnconnected.Load(); n != 1 {
+		t.Fatalf("%d known peers counted as not connected, want 1", n)
+	}
 	newLoop := func() *attemptLoop {
 		l := &attemptLoop{d: d, ctx: context.Background(), plan: d.sel.Plan(selection.Request{WorkType: "echo"})}
 		l.dials.d, l.dials.parent = d, l.ctx
@@ -96,12 +82,17 @@ func TestLaunch_DialsAheadWhenAPeerMayNeedADial(t *testing.T) {
 		defer l.dials.mu.Unlock()
 		return len(l.dials.calls)
 	}
-	first := selection.Pick{Peer: string(hosts[0].ID())}
-	// The third peer's connection closes; no event has told the
-	// dispatcher yet. Dialed ahead, it would be dialed again.
-	workertest.Must(t, d.node.Host().Network().ClosePeer(hosts[2].ID()))
+	first := selection.Pick{Peer: string(live.id)}
 
 	l := newLoop()
+	l.launch(&l.inline, first)
+	if n := dialing(l); n != 1 {
+		t.Fatalf("a first attempt on a connected peer, a known peer not connected: %d dialed ahead, want that one", n)
+	}
+
+	// As if every known peer were connected (gone's connection event).
+	d.nUnconnected.Store(0)
+	l = newLoop()
 	l.launch(&l.inline, first)
 	if n := dialing(l); n != 0 {
 		t.Fatalf("a first attempt on a connected peer, every peer known connected: %d dialed ahead, want none", n)
@@ -109,13 +100,5 @@ func TestLaunch_DialsAheadWhenAPeerMayNeedADial(t *testing.T) {
 	l.launch(&l.inline, first) // a retry
 	if n := dialing(l); n != 1 {
 		t.Fatalf("a retry: %d dialed ahead, want the one not connected", n)
-	}
-
-	l = newLoop()
-	tableSays(false) // the third peer's entry says it is not connected
-	d.syncPeers()
-	l.launch(&l.inline, first)
-	if n := dialing(l); n != 1 {
-		t.Fatalf("a first attempt with a known peer not connected: %d dialed ahead, want that one", n)
 	}
 }
